@@ -1,0 +1,3 @@
+from zerolab.cli import main
+
+raise SystemExit(main())

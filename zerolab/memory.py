@@ -1,0 +1,265 @@
+"""Per-GPU and per-node model-state memory for ZeRO stages 0-3, with and without offload.
+
+Two accountings, both kept because they disagree and the disagreement is worth teaching:
+
+``paper``
+    The ZeRO paper (Rajbhandari et al., arXiv:1910.02054, section 3.1 and 5): mixed-precision Adam keeps
+    2 bytes of fp16 parameters, 2 bytes of fp16 gradients and K = 12 bytes of optimizer state per parameter
+    (4 fp32 master weights + 4 momentum + 4 variance). ZeRO-1 partitions the K bytes over the Nd
+    data-parallel GPUs, ZeRO-2 also the gradients, ZeRO-3 also the parameters. fp32 training keeps 4 + 4
+    bytes of parameters and gradients and 8 of Adam moments (no separate master copy).
+    The paper has no offload; zerolab moves the optimizer's bytes (and, from stage 2 on, the gradient
+    partition it consumes, as ZeRO-Offload does) to host memory or NVMe.
+
+``deepspeed``
+    Byte for byte what DeepSpeed 0.19.8 returns from ``estimate_zero2_model_states_mem_needs``
+    (deepspeed/runtime/zero/stage_1_and_2.py) and ``estimate_zero3_model_states_mem_needs``
+    (deepspeed/runtime/zero/stage3.py), including the largest-layer term, ``zero_init`` and the
+    ``additional_buffer_factor``. DeepSpeed counts 4 more bytes per parameter than the paper: the
+    partitioned fp32 gradients (its comment: "18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit +
+    8_optimizer_states_32bit"). Its host figure is the larger of what is offloaded and the load-time peak
+    of every process building the model in fp32 (4 bytes x processes per node), times the buffer factor.
+
+    Where DeepSpeed has no estimator, zerolab derives the figure from the same per-byte terms:
+    - stage 1: the fp16 gradients are not partitioned (2 + 2 bytes stay whole), the other 16 are;
+      the host figure is the stage-2 one (same optimizer code, stage_1_and_2.py);
+    - stage 0: nothing is partitioned: 2 + 18 bytes on every GPU (what the stage-2 estimator gives for
+      one GPU), host = the load-time peak;
+    - stage 3 combinations the estimator skips (parameter offload without optimizer offload, NVMe):
+      the same rule the estimator's branches follow - the host holds what is offloaded to it,
+      ``zero_init`` decides whether the fp32 load peak counts, NVMe holds what is offloaded there;
+    - fp32 training: every 2-byte term becomes 4 bytes (the largest layer too).
+
+Units: bytes. ``gpu_bytes`` is per GPU, ``cpu_bytes`` and ``nvme_bytes`` are per node (DeepSpeed's
+"per CPU" column is per node). Model states only: no activations, communication buckets or CUDA context.
+"""
+from dataclasses import dataclass, field
+
+STAGES = (0, 1, 2, 3)
+DEVICES = ("none", "cpu", "nvme")
+PRECISIONS = ("fp16", "bf16", "fp32")
+ACCOUNTINGS = ("paper", "deepspeed")
+DEFAULT_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor default
+GPT2_VOCAB = 50257  # GPT-2 / GPT-3 BPE vocabulary, used for the default largest layer
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Model-state memory of one training setup. Bytes; see the module docstring for units."""
+
+    params: int
+    stage: int
+    offload_optimizer: str
+    offload_param: str
+    precision: str
+    accounting: str
+    gpus_per_node: int
+    nodes: int
+    gpu_bytes: int
+    cpu_bytes: int
+    nvme_bytes: int
+    breakdown: dict = field(default_factory=dict)
+
+    @property
+    def world_size(self):
+        return self.gpus_per_node * self.nodes
+
+    def as_dict(self):
+        return {
+            "params": self.params,
+            "stage": self.stage,
+            "offload_optimizer": self.offload_optimizer,
+            "offload_param": self.offload_param,
+            "precision": self.precision,
+            "accounting": self.accounting,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes,
+            "gpu_bytes": self.gpu_bytes,
+            "cpu_bytes": self.cpu_bytes,
+            "nvme_bytes": self.nvme_bytes,
+            "breakdown": {place: dict(parts) for place, parts in self.breakdown.items()},
+        }
+
+
+def combinations(stage=None):
+    """Every (stage, offload_optimizer, offload_param) that DeepSpeed 0.19.8 can train with.
+
+    Optimizer offload needs stage >= 1; NVMe offload and parameter offload need stage 3 (ZeRO-Infinity):
+    below stage 3 DeepSpeed treats an NVMe optimizer offload as none (engine.zero_cpu_offload) and
+    never passes offload_param to the stage 1/2 optimizer.
+    """
+    stages = STAGES if stage is None else (stage,)
+    rows = []
+    for s in stages:
+        if s == 0:
+            rows.append((0, "none", "none"))
+        elif s in (1, 2):
+            rows += [(s, "none", "none"), (s, "cpu", "none")]
+        else:
+            rows += [(3, opt, par) for opt in DEVICES for par in DEVICES]
+    return rows
+
+
+def default_largest_layer(params):
+    """A guess at the largest layer when it is not given: a GPT-style token embedding.
+
+    GPT-3-family models keep hidden / layers close to 128 (13B: 5120 / 40), and a decoder layer holds
+    about 12 * hidden**2 parameters, so params ~ 12 * hidden**3 / 128. The embedding is vocab x hidden.
+    """
+    hidden = round((128 * params / 12) ** (1 / 3))
+    return min(params, GPT2_VOCAB * hidden)
+
+
+def estimate(params, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
+             precision="fp16", accounting="paper", largest_layer_params=None, zero_init=True,
+             buffer_factor=DEFAULT_BUFFER_FACTOR):
+    """Model-state memory for ``params`` parameters trained with ZeRO ``stage`` on nodes x gpus_per_node GPUs."""
+    _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,
+           buffer_factor)
+    setup = dict(params=params, stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
+                 precision=precision, accounting=accounting, gpus_per_node=gpus_per_node, nodes=nodes)
+    if accounting == "paper":
+        gpu, cpu, nvme = _paper(params, stage, gpus_per_node * nodes, gpus_per_node, offload_optimizer,
+                                offload_param, precision)
+    else:
+        if largest_layer_params is None:
+            largest_layer_params = default_largest_layer(params)
+        gpu, cpu, nvme = _deepspeed(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param,
+                                    precision, largest_layer_params, zero_init, buffer_factor)
+    return Estimate(gpu_bytes=sum(gpu.values()), cpu_bytes=sum(cpu.values()), nvme_bytes=sum(nvme.values()),
+                    breakdown={"gpu": gpu, "cpu": cpu, "nvme": nvme}, **setup)
+
+
+def estimate_all(params, gpus_per_node=1, nodes=1, stage=None, **options):
+    """One Estimate per valid (stage, offload) combination, in the order of :func:`combinations`."""
+    return [estimate(params, s, gpus_per_node, nodes, offload_optimizer=opt, offload_param=par, **options)
+            for s, opt, par in combinations(stage)]
+
+
+def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,
+           buffer_factor):
+    def positive_int(name, value):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+    positive_int("params", params)
+    positive_int("gpus_per_node", gpus_per_node)
+    positive_int("nodes", nodes)
+    if stage not in STAGES:
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    for name, value, allowed in (("offload_optimizer", offload_optimizer, DEVICES),
+                                 ("offload_param", offload_param, DEVICES),
+                                 ("precision", precision, PRECISIONS),
+                                 ("accounting", accounting, ACCOUNTINGS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    if (stage, offload_optimizer, offload_param) not in combinations(stage):
+        if offload_param != "none":
+            raise ValueError("offload_param needs stage 3: below it DeepSpeed ignores the setting")
+        if stage == 0:
+            raise ValueError("offload_optimizer needs stage 1, 2 or 3: stage 0 has no ZeRO optimizer")
+        raise ValueError("NVMe offload needs stage 3 (ZeRO-Infinity): use device 'cpu' below stage 3")
+    if not buffer_factor > 0:
+        raise ValueError(f"buffer_factor must be > 0, got {buffer_factor!r}")
+
+
+def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param, precision):
+    half = 4 if precision == "fp32" else 2
+    terms = {  # bytes per parameter, and from which stage on each term is partitioned
+        "params": (half, 3),
+        "grads": (half, 2),
+        "master_weights": (0 if precision == "fp32" else 4, 1),
+        "optimizer_states": (8, 1),
+    }
+    place = {"params": offload_param, "grads": "none", "master_weights": offload_optimizer,
+             "optimizer_states": offload_optimizer}
+    if stage >= 2:
+        place["grads"] = offload_optimizer  # ZeRO-Offload: the optimizer consumes its gradient partition on host
+    gpu, cpu, nvme = {}, {}, {}
+    for name, (per_param, partitioned_from) in terms.items():
+        if per_param == 0:
+            continue
+        per_rank = per_param * params / (world if stage >= partitioned_from else 1)
+        if place[name] == "none":
+            gpu[name] = round(per_rank)
+        else:
+            ({"cpu": cpu, "nvme": nvme}[place[name]])[name] = round(per_rank * gpus_per_node)
+    return gpu, cpu, nvme
+
+
+def _deepspeed(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision,
+               largest_layer_params, zero_init, buffer_factor):
+    total_gpus = nodes * gpus_per_node
+    half = 4 if precision == "fp32" else 2
+    # Per-parameter bytes of the optimizer side, in DeepSpeed's order (its "18" with 16-bit training).
+    optimizer_side = {"grads": half, "fp32_grads": 4, "master_weights": 4, "optimizer_states": 8}
+    if stage in (0, 1, 2):
+        gpu = {"params": half * params}
+        partitioned = dict(optimizer_side)
+        if stage < 2:
+            gpu["grads"] = half * params
+            del partitioned["grads"]
+        partitioned_over = 1 if stage == 0 else total_gpus
+        if offload_optimizer == "cpu":
+            partitioned = {}
+            cpu = _host(params, [max(4 * total_gpus, 16), buffer_factor], {"fp32_grads": 4 * params, "master_weights": 4 * params, "optimizer_states": 8 * params},
+                        load_peak=4 * total_gpus * params)
+        else:
+            cpu = _host(params, [4, gpus_per_node, buffer_factor], {}, load_peak=4 * gpus_per_node * params)
+        gpu.update(_split(partitioned, params, partitioned_over))
+        return gpu, cpu, {}
+
+    gpus_factor = 1 / nodes
+    gpu = {"gathered_layer": 2 * half * largest_layer_params}
+    on_gpu = {"params": half} if offload_param == "none" else {}
+    if offload_optimizer == "none":
+        # Stage 3 counts no persistent 16-bit gradients: they live in the gathered-layer term.
+        on_gpu.update({name: b for name, b in optimizer_side.items() if name != "grads"})
+    gpu.update(_split(on_gpu, params, total_gpus))
+    host_terms, nvme_terms = {}, {}
+    for device, terms in ((offload_param, {"params": half}),
+                          (offload_optimizer, {"fp32_grads": 4, "master_weights": 4, "optimizer_states": 8})):
+        if device == "cpu":
+            host_terms.update(terms)
+        elif device == "nvme":
+            nvme_terms.update(terms)
+    nvme = {name: round(per_param * params * gpus_factor) for name, per_param in nvme_terms.items()}
+    per_param = sum(host_terms.values())
+    resident = {name: b * params * gpus_factor for name, b in host_terms.items()}
+    if zero_init and per_param:
+        cpu = _host(params, [per_param, gpus_factor, buffer_factor], resident, load_peak=0)
+    elif zero_init:
+        cpu = _host(largest_layer_params, [4, gpus_per_node, buffer_factor], {},
+                    load_peak=4 * gpus_per_node * largest_layer_params)
+    elif per_param:
+        cpu = _host(params, [max(4 * gpus_per_node, per_param * gpus_factor), buffer_factor], resident,
+                    load_peak=4 * gpus_per_node * params)
+    else:
+        cpu = _host(params, [4, gpus_per_node, buffer_factor], {}, load_peak=4 * gpus_per_node * params)
+    return gpu, cpu, nvme
+
+
+def _split(per_param, params, ranks):
+    """Partition per-parameter byte terms over ranks the way DeepSpeed rounds: int(total * params / ranks)."""
+    if not per_param:
+        return {}
+    total = int(sum(per_param.values()) * params / ranks)
+    parts = {name: int(b * params / ranks) for name, b in per_param.items()}
+    last = list(parts)[-1]
+    parts[last] += total - sum(parts.values())
+    return parts
+
+
+def _host(count, factors, resident, load_peak):
+    """DeepSpeed's host figure, int(count * f1 * f2 * ...) multiplied in its own order so the float
+    result is identical, split into what it is made of: the resident offloaded state or the fp32
+    load-time peak (whichever DeepSpeed's max() picked), and the rest of the buffer factor."""
+    total = count
+    for factor in factors:
+        total = total * factor
+    total = int(total)
+    parts = {name: int(b) for name, b in resident.items()}
+    if load_peak > sum(parts.values()):
+        parts = {"model_load_fp32": int(load_peak)}
+    parts["buffer"] = total - sum(parts.values())
+    return parts
