@@ -61,3 +61,6 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("zerolab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `zerolab estimate ... | head`: the reader left; nothing to report
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,68 @@
+"""`zerolab estimate` as a learner runs it: a subprocess, its output, its exit status."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zerolab.memory import combinations
+
+
+def zerolab(*args):
+    return subprocess.run([sys.executable, "-m", "zerolab", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_table_lists_every_stage_and_offload():
+    result = zerolab("estimate", "--params", "13B", "--gpus-per-node", "8")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert len(rows) == len(combinations())
+    assert "48.75 GB" in result.stdout  # paper P_os+g for 13B on 8 GPUs: 2 + 14/8 bytes per parameter
+
+
+def test_json_rows_match_deepspeed_estimator():
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    result = zerolab("estimate", "--params", "7.5e9", "--gpus-per-node", "4", "--nodes", "2", "--stage", "2",
+                     "--offload-optimizer", "cpu", "--accounting", "deepspeed", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    for key in ("stage", "offload_optimizer", "offload_param", "precision", "accounting", "gpu_bytes", "cpu_bytes",
+                "breakdown"):
+        assert key in row
+    cpu, gpu = estimate_zero2_model_states_mem_needs(7_500_000_000, 4, 2, True)
+    assert (row["gpu_bytes"], row["cpu_bytes"]) == (gpu, cpu)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--params", "13Q"], "--params"),
+    (["--params", "13B", "--gpus-per-node", "x"], "not a whole number"),
+    (["--params", "13B", "--stage", "2", "--offload-param", "cpu"], "offload_param needs stage 3"),
+    (["--params", "13B", "--offload-optimizer", "cpu"], "need --stage"),
+    (["--params", "-5"], "--params"),
+    (["--gpus-per-node", "8"], "--params"),
+])
+def test_bad_input_gets_one_clear_line(args, needle):
+    result = zerolab("estimate", *args)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("zerolab: error:")]
+    assert len(errors) == 1
+
+
+def test_help_teaches():
+    result = zerolab("estimate", "--help")
+    assert result.returncode == 0
+    assert "paper" in result.stdout and "deepspeed" in result.stdout and "examples:" in result.stdout
+    top = zerolab("--help")
+    assert "estimate" in top.stdout and "check" in top.stdout
+
+
+def test_estimate_needs_no_torch_and_no_deepspeed():
+    probe = ("import sys; from zerolab.cli import main; main(['estimate', '--params', '13B', '--json']);"
+             "heavy = [m for m in ('torch', 'deepspeed') if m in sys.modules]; "
+             "print('HEAVY', heavy, file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stderr
