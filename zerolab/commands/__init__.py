@@ -1,0 +1,1 @@
+"""One module per `zerolab` subcommand; see zerolab/cli.py for the protocol."""
