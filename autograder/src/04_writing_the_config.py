@@ -1,0 +1,459 @@
+# %% [markdown]
+# # Lesson 04: Writing the config
+#
+# Everything lessons 01 to 03 computed is switched on or off by one JSON file: the DeepSpeed config
+# (`ds_config`). In this lesson you write one, field by field, and let DeepSpeed's own config classes
+# and zerolab tell you what it does.
+
+# %% [markdown]
+# ## Learning goals
+#
+# After this lesson you can
+#
+# - write `build_deepspeed_config()`: ZeRO-2, `overlap_comm`, optimizer offload to pinned CPU memory;
+# - say what every field of that config does and what DeepSpeed 0.19.8 uses when you leave it out;
+# - get the batch arithmetic right (`train_batch_size = micro batch x accumulation steps x data-parallel GPUs`)
+#   and avoid the floor-division trap;
+# - pick fp16 or bf16 for a GPU;
+# - turn the config into a ZeRO-3 config with parameter offload;
+# - predict the config's memory per GPU with zerolab, and correct the popular figures.
+#
+# There are four graded exercises. Each is followed by a test cell. The visible asserts give you instant
+# feedback; **hidden tests** run when your notebook is graded: they feed your answer to DeepSpeed's own config
+# classes, check that it is made of plain JSON values, and try more inputs.
+
+# %%
+import copy
+import json
+
+from deepspeed.runtime.config import DeepSpeedConfig
+from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
+
+from zerolab import memory, units
+from zerolab.checks import plain
+
+# %% [markdown]
+# ## The fields of the skeleton
+#
+# The config below is the one from the tutorial this course grew from. Before you fill it in, here is what
+# each given field does.
+#
+# - `optimizer`: AdamW with its hyper-parameters. DeepSpeed builds the optimizer itself from this block. When the
+#   optimizer is offloaded to the CPU, an `Adam`/`AdamW` entry becomes `DeepSpeedCPUAdam`, a C++ Adam that runs on
+#   the host (it is compiled the first time it is used).
+# - `fp16`: 16-bit training with **dynamic loss scaling**. `loss_scale: 0` means dynamic. The scale starts at
+#   2 to the power `initial_scale_power`. When a step overflows, the step is skipped; after `hysteresis`
+#   overflows the scale is halved, never below `min_loss_scale` (at the floor DeepSpeed stops the run with
+#   "Current loss scale already at minimum"). After `loss_scale_window` clean steps the scale doubles.
+# - `train_batch_size`, `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`: the global batch, the batch
+#   one GPU runs forward and backward at a time, and how many of those micro-steps are summed before one optimizer
+#   step. DeepSpeed insists that the first equals the product of the other two and the number of data-parallel GPUs.
+# - `zero_optimization.contiguous_gradients`: copy gradients into one pre-allocated buffer as they are produced, so
+#   memory does not fragment (the paper's "M_D").
+#
+# The three fields you will add:
+#
+# - `stage`: 1 partitions the optimizer states, 2 also the gradients, 3 also the parameters (lesson 01).
+# - `overlap_comm`: reduce gradient buckets on a side stream while the backward pass keeps computing (lesson 03).
+# - `offload_optimizer`: `device: "cpu"` keeps the fp32 master weights, gradients and Adam moments in host memory and
+#   runs the optimizer step there; `pin_memory: true` page-locks that host memory so copies to and from the GPU
+#   are asynchronous and run at full PCIe speed (lesson 02).
+#
+# What does DeepSpeed 0.19.8 use when a field is missing? Ask its own config classes:
+
+# %%
+for stage in (1, 2, 3):
+    zero = DeepSpeedZeroConfig(stage=stage)
+    print(f"stage {stage}: overlap_comm={zero.overlap_comm}  contiguous_gradients={zero.contiguous_gradients}  "
+          f"reduce_bucket_size={zero.reduce_bucket_size:.0e}  allgather_bucket_size={zero.allgather_bucket_size:.0e}")
+print("offload_optimizer.pin_memory default:", DeepSpeedZeroOffloadOptimizerConfig().pin_memory)
+print("offload_param.pin_memory default:    ", DeepSpeedZeroOffloadParamConfig().pin_memory)
+
+# %% [markdown]
+# Two defaults that many tutorials get wrong:
+#
+# - **`overlap_comm` depends on the stage**: it is off for stages 0 to 2 and on for stage 3 (a validator in
+#   `deepspeed/runtime/zero/config.py` sets it to `stage == 3` when you leave it out). The docs table still says
+#   `false`. For ZeRO-2 you have to switch it on yourself.
+# - **`pin_memory` now defaults to true** (since DeepSpeed PR #8207). Older tutorials say you must switch it on; with
+#   0.19.8 you must switch it *off* on hosts with little RAM (such as free Colab), because pinned memory cannot be
+#   paged out. Writing it explicitly, as the exercise asks, makes the config mean the same on every version.
+#
+# Note also that the bucket sizes count **elements**, not bytes.
+
+# %% [markdown]
+# ## Exercise 1: `build_deepspeed_config()` (4 points)
+#
+# Complete the three TODOs: ZeRO stage 2, `overlap_comm` on, and the optimizer offloaded to CPU with pinned
+# memory. Write them into the `zero_optimization` dict (uncomment and fill in the `???`), or set them where the
+# stub is; then delete the stub's `raise`. Keep every given field as it is.
+#
+# The visible test asserts what the original tutorial asserted. Hidden tests also check that DeepSpeed's own
+# `DeepSpeedConfig` accepts your dict, that the batch fields multiply out, that the given fields are unchanged,
+# and that the result is plain JSON data (a JSON round trip gives back the same values).
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_build_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def build_deepspeed_config():
+    """Return the DeepSpeed config: ZeRO-2, overlap_comm, optimizer offload to pinned CPU memory."""
+    ds_config = {
+        # AdamW, learning rate 3e-4
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": 3e-4,
+                "betas": [0.9, 0.95],
+                "eps": 1e-8,
+                "weight_decay": 0.1,
+            },
+        },
+        # fp16 mixed precision, dynamic loss scaling
+        "fp16": {
+            "enabled": True,
+            "loss_scale": 0,
+            "loss_scale_window": 1000,
+            "initial_scale_power": 16,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        },
+        # TODO 1: the ZeRO stage (2 partitions optimizer states and gradients)
+        # TODO 2: overlap gradient communication with the backward pass
+        # TODO 3: offload the optimizer to CPU memory, pinned
+        "zero_optimization": {
+            # "stage": ???,
+            # "overlap_comm": ???,
+            "contiguous_gradients": True,
+            # "offload_optimizer": {
+            #     "device": ???,
+            #     "pin_memory": ???,
+            # },
+        },
+        # batch per GPU and gradient accumulation
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 8,
+    }
+    ### BEGIN SOLUTION
+    zero = ds_config["zero_optimization"]
+    zero["stage"] = 2
+    zero["overlap_comm"] = True
+    zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    ### END SOLUTION
+    return ds_config
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_build_config", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+config = build_deepspeed_config()
+print(json.dumps(config, indent=4))
+zero = config.get("zero_optimization", {})
+assert zero.get("stage") == 2, "zero_optimization.stage is not 2: ZeRO-2 partitions optimizer states and gradients"
+assert zero.get("overlap_comm") is True, "zero_optimization.overlap_comm is not True: for stage 2 it is off unless you switch it on"
+offload = zero.get("offload_optimizer", {})
+assert offload.get("device") == "cpu", 'zero_optimization.offload_optimizer.device is not "cpu"'
+assert offload.get("pin_memory") is True, "zero_optimization.offload_optimizer.pin_memory is not True: pinned memory makes the GPU<->CPU copies asynchronous"
+print("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload with pinned memory.")
+### BEGIN HIDDEN TESTS
+answer = plain(build_deepspeed_config())
+assert type(answer["zero_optimization"]["stage"]) is int, "zero_optimization.stage must be the integer 2"
+try:
+    accepted = DeepSpeedConfig(copy.deepcopy(answer))
+except Exception as error:
+    raise AssertionError(f"DeepSpeed rejects the config: {error}")
+assert accepted.zero_optimization_stage == 2, "DeepSpeed does not read stage 2 from the config"
+assert accepted.zero_config.overlap_comm is True, "DeepSpeed does not read overlap_comm=True"
+assert accepted.zero_config.offload_optimizer.device == "cpu", "DeepSpeed does not see the CPU optimizer offload"
+assert accepted.zero_config.offload_optimizer.pin_memory is True, "DeepSpeed does not see pin_memory=True"
+assert answer["train_batch_size"] == answer["train_micro_batch_size_per_gpu"] * answer["gradient_accumulation_steps"], \
+    "the batch fields do not multiply out on one GPU"
+assert answer["optimizer"] == {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}}, \
+    "the given optimizer block was changed"
+assert answer["fp16"] == {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                          "hysteresis": 2, "min_loss_scale": 1}, "the given fp16 block was changed"
+assert (answer["train_batch_size"], answer["train_micro_batch_size_per_gpu"], answer["gradient_accumulation_steps"]) == (32, 4, 8), \
+    "the given batch numbers were changed"
+assert answer["zero_optimization"].get("contiguous_gradients") is True, "contiguous_gradients was removed or changed"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What this config does to memory
+#
+# How much GPU memory does this config need for a 13B model on 8 GPUs? zerolab computes the model states (parameters,
+# gradients, optimizer states) in both accountings from lesson 01: the ZeRO paper's (K = 12 bytes of optimizer
+# state per parameter) and DeepSpeed's own estimator, which also counts 4 bytes of partitioned fp32 gradients.
+
+# %%
+PARAMS = units.parse_count("13B")
+GPUS = 8
+for offload in ("none", "cpu"):
+    for accounting in ("paper", "deepspeed"):
+        e = memory.estimate(PARAMS, 2, gpus_per_node=GPUS, offload_optimizer=offload, accounting=accounting)
+        print(f"ZeRO-2, offload_optimizer={offload:4}  {accounting:9}: GPU {units.format_bytes(e.gpu_bytes, 'GB'):>10} "
+              f"({units.format_bytes(e.gpu_bytes, 'GiB')})   host per node {units.format_bytes(e.cpu_bytes, 'GB')}")
+
+# %% [markdown]
+# **A common claim** (it is in the tutorial this course grew from): "ZeRO-2 needs 26GB + 78GB/8 ≈ 36GB per GPU, and
+# ZeRO-2 + offload about 29GB." Both are wrong, and the table above shows why:
+#
+# - The 78 GB implies 6 bytes per parameter of partitioned state, which matches no accounting. Partitioned are the
+#   fp16 gradients (2 bytes) and the optimizer states (K = 12 bytes: fp32 master weights, momentum and variance), so
+#   the paper gives the first row, and DeepSpeed's estimator, with its extra fp32 gradients, the second.
+# - With the optimizer offloaded, only the replicated fp16 parameters stay on the GPU. No source gives "29 GB", and
+#   the claim leaves out the other side of the bargain: the **host RAM** in the last column, which is where offload
+#   runs out first (processes killed with exit code -9, DeepSpeed issues #4239 and #4571).
+# - All of these are model states only: activations, communication buckets and the CUDA context come on top.
+#
+# Note DeepSpeed's estimator prints "GB" but divides by 2^30, so its "GB" are GiB.
+#
+# **Buckets.** Another popular claim says `overlap_comm` "uses 4.5x the `reduce_bucket_size`", so 9 GB at the
+# default size. That multiplier was removed from DeepSpeed in 2021 (commit cfa63f5, "ZeRO stage 1 refresh"). In 0.19.8
+# ZeRO-2 keeps one reduce bucket of `reduce_bucket_size` elements for the contiguous gradients, and `overlap_comm`
+# adds a second so that one bucket can be reduced while the next fills:
+
+# %%
+BUCKET_ELEMENTS = DeepSpeedZeroConfig(stage=2).reduce_bucket_size  # the 0.19.8 default
+FP16_BYTES = 2
+for overlap in (False, True):
+    buffers = 2 if overlap else 1
+    print(f"overlap_comm={overlap!s:5}: {buffers} x {BUCKET_ELEMENTS:.0e} elements x {FP16_BYTES} bytes = "
+          f"{units.format_bytes(buffers * BUCKET_ELEMENTS * FP16_BYTES, 'GB')}")
+
+# %% [markdown]
+# ## Exercise 2: the batch arithmetic (2 points)
+#
+# DeepSpeed requires `train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size`,
+# where `world_size` is the number of **data-parallel** ranks (GPUs, divided by any sequence- or model-parallel
+# degree). If you give two of the three, DeepSpeed derives the third with **floor division**, and then its own
+# assertion can fail. See it happen with a global batch of 30 and a micro batch of 4 on one GPU:
+
+# %%
+try:
+    DeepSpeedConfig({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})
+except AssertionError as error:
+    print("DeepSpeed:", error)
+
+# %% [markdown]
+# Write `gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size)`: return the number of
+# accumulation steps (an `int`), and raise `ValueError` with a message when no whole number of steps fits, instead of
+# silently rounding down. Hidden tests compare your function with DeepSpeed's own batch derivation on more inputs.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size):
+    """Accumulation steps such that train_batch_size == micro_batch_per_gpu * steps * world_size."""
+    ### BEGIN SOLUTION
+    per_step = micro_batch_per_gpu * world_size
+    if train_batch_size % per_step:
+        raise ValueError(f"train_batch_size {train_batch_size} is not a multiple of "
+                         f"micro batch {micro_batch_per_gpu} x world size {world_size}")
+    return train_batch_size // per_step
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex2_grad_accum", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert gradient_accumulation_steps(32, 4, 1) == 8, "32 samples, 4 per micro-step, 1 GPU: the answer is not 8"
+assert gradient_accumulation_steps(64, 4, 8) == 2, "64 samples, 4 per micro-step on each of 8 GPUs: the answer is not 2"
+assert type(gradient_accumulation_steps(32, 4, 1)) is int, "return an int (use //, not /)"
+try:
+    gradient_accumulation_steps(30, 4, 1)
+except ValueError:
+    pass
+else:
+    raise AssertionError("30 samples cannot be split into micro batches of 4: raise ValueError instead of rounding down")
+print("Visible checks passed.")
+### BEGIN HIDDEN TESTS
+for tbs, mbs in [(32, 4), (48, 6), (7, 7), (64, 1), (30, 4), (10, 3), (100, 8)]:
+    try:
+        expected = DeepSpeedConfig({"train_batch_size": tbs, "train_micro_batch_size_per_gpu": mbs}).gradient_accumulation_steps
+    except AssertionError:
+        expected = None
+    try:
+        got = plain(gradient_accumulation_steps(tbs, mbs, 1))
+    except ValueError:
+        got = None
+    assert got == expected and type(got) is type(expected), f"({tbs}, {mbs}, 1): DeepSpeed derives {expected}, you gave {got}"
+for tbs, mbs, ws, expected in [(256, 4, 8, 8), (96, 2, 16, 3), (128, 8, 16, 1)]:
+    assert plain(gradient_accumulation_steps(tbs, mbs, ws)) == expected, f"({tbs}, {mbs}, {ws}) should give {expected}"
+for tbs, mbs, ws in [(100, 4, 8), (64, 8, 16), (24, 4, 4)]:
+    try:
+        gradient_accumulation_steps(tbs, mbs, ws)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(f"({tbs}, {mbs}, {ws}) does not divide evenly: raise ValueError")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 3: fp16 or bf16? (2 points)
+#
+# bf16 has the exponent range of fp32, so it needs no loss scaling and never overflows where fp32 would not. It runs
+# fast on tensor cores from the Ampere generation on (compute capability 8.0: A100, RTX 30xx, and later H100 at 9.0).
+# Older cards such as the T4 that free Colab gives you (Turing, 7.5) or the V100 (7.0) have fast fp16 but no bf16
+# tensor cores, so there you train in fp16 with dynamic loss scaling. Enabling both is an error:
+
+# %%
+try:
+    DeepSpeedConfig({"train_batch_size": 4, "fp16": {"enabled": True}, "bf16": {"enabled": True}})
+except AssertionError as error:
+    print("DeepSpeed:", error)
+
+# %% [markdown]
+# Write `mixed_precision(compute_capability)`: given a `(major, minor)` tuple (what
+# `torch.cuda.get_device_capability()` returns), return the two config blocks
+# `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}` with exactly one of them enabled: bf16 from compute
+# capability 8.0 on, fp16 below. Hidden tests try more GPUs and pass your blocks to DeepSpeed.
+
+# %%
+COMPUTE_CAPABILITY = {"T4": (7, 5), "V100": (7, 0), "A100": (8, 0), "RTX 3090": (8, 6), "H100": (9, 0)}
+
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def mixed_precision(compute_capability):
+    """The fp16 and bf16 config blocks for a GPU with this (major, minor) compute capability."""
+    ### BEGIN SOLUTION
+    use_bf16 = tuple(compute_capability) >= (8, 0)
+    return {"fp16": {"enabled": not use_bf16}, "bf16": {"enabled": use_bf16}}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex3_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+t4 = mixed_precision(COMPUTE_CAPABILITY["T4"])
+assert t4["fp16"]["enabled"] is True and t4["bf16"]["enabled"] is False, "T4 (7.5) has no bf16 tensor cores: enable fp16, disable bf16"
+a100 = mixed_precision(COMPUTE_CAPABILITY["A100"])
+assert a100["bf16"]["enabled"] is True and a100["fp16"]["enabled"] is False, "A100 (8.0) runs bf16 natively: enable bf16, disable fp16"
+print("Visible checks passed.")
+### BEGIN HIDDEN TESTS
+for gpu, capability in [("V100", (7, 0)), ("T4", (7, 5)), ("A100", (8, 0)), ("RTX 3090", (8, 6)), ("H100", (9, 0)), ("P100", (6, 0))]:
+    blocks = plain(mixed_precision(capability))
+    assert sorted(blocks) == ["bf16", "fp16"], f"{gpu}: return exactly the keys 'fp16' and 'bf16'"
+    wants_bf16 = capability[0] >= 8
+    assert blocks["bf16"]["enabled"] is wants_bf16 and blocks["fp16"]["enabled"] is (not wants_bf16), f"{gpu} {capability}: wrong choice"
+    try:
+        DeepSpeedConfig({"train_batch_size": 4, **copy.deepcopy(blocks)})
+    except Exception as error:
+        raise AssertionError(f"{gpu}: DeepSpeed rejects your blocks: {error}")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# On a machine with a GPU you can ask PyTorch directly:
+
+# %%
+import torch
+
+if torch.cuda.is_available():
+    capability = torch.cuda.get_device_capability()
+    print(torch.cuda.get_device_name(), capability, "->", mixed_precision(capability))
+else:
+    print("No GPU here: on a GPU this cell prints its compute capability and your choice.")
+
+# %% [markdown]
+# Memory is the same either way: fp16 and bf16 both store 2 bytes per value, so every estimate in this course is the
+# same for both. (One caution from the DeepSpeed code: `torch.cuda.is_bf16_supported()` can say yes on pre-Ampere
+# cards because it also accepts emulated bf16; trust the compute capability.)
+
+# %% [markdown]
+# ## Exercise 4: ZeRO-3 with parameter offload (2 points)
+#
+# When even the fp16 parameters do not fit, ZeRO-3 partitions them too, and `offload_param` moves the partition
+# to host memory. `offload_param` only works with stage 3: DeepSpeed accepts it with stage 2 without a word and then
+# ignores it (the stage 1/2 optimizer never receives it; lesson 05 catches that).
+#
+# Write `zero3_offload(config)`: return a **new** config (leave the argument unchanged) with `stage` 3 and both the
+# optimizer and the parameters offloaded to CPU with pinned memory; everything else stays as it was. Hidden tests
+# pass your result to DeepSpeed, try a config without a `zero_optimization` block and check that the input is unchanged.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_zero3_offload", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def zero3_offload(config):
+    """A copy of config with ZeRO-3, optimizer and parameters offloaded to pinned CPU memory."""
+    ### BEGIN SOLUTION
+    result = copy.deepcopy(config)
+    zero = result.setdefault("zero_optimization", {})
+    zero["stage"] = 3
+    zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return result
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex4_zero3_offload", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+base = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": True},
+        "zero_optimization": {"stage": 2, "overlap_comm": True}}
+result = zero3_offload(base)
+zero = result.get("zero_optimization", {})
+assert zero.get("stage") == 3, "zero_optimization.stage is not 3: parameter offload needs ZeRO-3"
+assert zero.get("offload_param", {}).get("device") == "cpu", 'zero_optimization.offload_param.device is not "cpu"'
+assert zero.get("offload_optimizer", {}).get("device") == "cpu", 'zero_optimization.offload_optimizer.device is not "cpu"'
+assert base["zero_optimization"] == {"stage": 2, "overlap_comm": True}, "the input config was changed: work on a copy (copy.deepcopy)"
+print("Visible checks passed.")
+### BEGIN HIDDEN TESTS
+for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, plain(build_deepspeed_config())):
+    before = copy.deepcopy(given)
+    result = plain(zero3_offload(given))
+    assert given == before, "the input config was changed"
+    try:
+        accepted = DeepSpeedConfig(copy.deepcopy(result))
+    except Exception as error:
+        raise AssertionError(f"DeepSpeed rejects the result: {error}")
+    z = accepted.zero_config
+    assert accepted.zero_optimization_stage == 3, "DeepSpeed does not read stage 3"
+    assert z.offload_param is not None and z.offload_param.device == "cpu" and z.offload_param.pin_memory is True, "offload_param is not cpu + pinned"
+    assert z.offload_optimizer is not None and z.offload_optimizer.device == "cpu" and z.offload_optimizer.pin_memory is True, "offload_optimizer is not cpu + pinned"
+    others = {key: value for key, value in result.items() if key != "zero_optimization"}
+    assert others == {key: value for key, value in before.items() if key != "zero_optimization"}, "fields outside zero_optimization changed"
+    for key, value in before.get("zero_optimization", {}).items():
+        if key not in ("stage", "offload_optimizer", "offload_param"):
+            assert result["zero_optimization"].get(key) == value, f"zero_optimization.{key} was changed"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# What did that buy? The same 13B model on 8 GPUs, every stage with and without offload, in DeepSpeed's accounting
+# (the ZeRO-3 rows include the largest layer, gathered in full while it computes):
+
+# %%
+for stage, offload_optimizer, offload_param in [(2, "none", "none"), (2, "cpu", "none"), (3, "none", "none"),
+                                                (3, "cpu", "none"), (3, "cpu", "cpu")]:
+    e = memory.estimate(PARAMS, stage, gpus_per_node=GPUS, offload_optimizer=offload_optimizer,
+                        offload_param=offload_param, accounting="deepspeed")
+    print(f"stage {stage}  optimizer->{offload_optimizer:4}  params->{offload_param:4}: "
+          f"GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}")
+
+# %% [markdown]
+# The GPU side shrinks to little more than one gathered layer; the host side carries everything else. Every
+# parameter now crosses PCIe twice per micro-step (gathered for forward and again for backward, lesson 02), so
+# parameter offload is the last resort, not the first.
+
+# %% [markdown]
+# ## Summary
+#
+# - The three answers of the classic exercise: `"stage": 2`, `"overlap_comm": true`,
+#   `"offload_optimizer": {"device": "cpu", "pin_memory": true}`.
+# - DeepSpeed 0.19.8 defaults: `overlap_comm` is off for stages 0-2 and on for stage 3; `pin_memory` is on;
+#   `contiguous_gradients` is on; bucket sizes are counted in elements.
+# - `train_batch_size = micro batch x accumulation steps x data-parallel ranks`, checked by DeepSpeed; a derived
+#   value is floor-divided, so choose numbers that divide.
+# - fp16 with dynamic loss scaling before Ampere (T4, V100), bf16 from Ampere on; never both.
+# - `offload_param` needs stage 3; with stage 2 it is silently ignored.
+# - The config's memory comes from zerolab, not from memory: the "36 GB" and "29 GB" figures are wrong, and offload
+#   moves the problem to host RAM.
+#
+# ## Interview questions
+#
+# **What do `stage`, `overlap_comm` and `offload_optimizer` do?**
+# `stage` picks what is partitioned across data-parallel ranks (1: optimizer states, 2: + gradients,
+# 3: + parameters). `overlap_comm` reduces gradient buckets on a separate stream while backward continues, at the
+# price of a second bucket buffer. `offload_optimizer` keeps the fp32 optimizer state in host RAM (or NVMe under
+# ZeRO-3) and runs Adam on the CPU.
+#
+# **Is `overlap_comm` on by default?**
+# Only for stage 3. For stages 1 and 2 DeepSpeed 0.19.8 leaves it off, whatever the docs table says.
+#
+# **Why `pin_memory`, and when would you turn it off?**
+# Page-locked host memory lets the GPU copy by DMA, asynchronously and at full PCIe speed. It cannot be swapped out,
+# so on a host with little RAM it causes out-of-memory kills; 0.19.8 turns it on by default, so there you set it to
+# false.
+#
+# **A config has `train_batch_size: 30` and a micro batch of 4 on one GPU. What happens?**
+# DeepSpeed derives the accumulation steps as 30 // 4 = 7 and then fails its own check 30 != 4 x 7 x 1. Pick a
+# global batch that is a multiple of micro batch x data-parallel ranks.
+#
+# **Why does ZeRO-2 + offload not fix every out-of-memory?**
+# It removes the optimizer state from the GPU, but the fp16 parameters stay whole on every GPU, activations stay, and
+# the host must hold the fp32 state of every GPU of the node; that host RAM runs out first.
