@@ -1,0 +1,205 @@
+"""What DeepSpeed 0.19.8 silently lets through: each check reads the raw config and returns findings.
+
+Severities: error = DeepSpeed rejects it or it cannot work; warning = accepted but surely not what was meant;
+note = correct, but a default worth knowing (shown by the CLI, not part of check's JSON).
+Every check takes (config, world_size) and is listed in CHECKS, in report order.
+"""
+import difflib
+
+from zerolab.config.findings import Finding
+
+PRECISION_BLOCKS = ("fp16", "bf16", "bfloat16")
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def zero_block(config):
+    zero = config.get("zero_optimization", {})
+    if zero is True:  # legacy boolean: DeepSpeed maps it to stage 1
+        return {"stage": 1}
+    return zero if isinstance(zero, dict) else {}
+
+
+def zero_stage(config):
+    """The stage DeepSpeed will use (0 when unset, "auto" or unreadable), as an int."""
+    stage = zero_block(config).get("stage", 0)
+    return stage if isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage <= 3 else 0
+
+
+def _offload(config, name):
+    block = zero_block(config).get(name)
+    return block if isinstance(block, dict) else None
+
+
+def unknown_top_level_keys(config, world_size):
+    from zerolab.config.known_keys import known_top_level_keys
+    known = sorted(known_top_level_keys())
+    findings = []
+    for key in config:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against the DeepSpeed docs"
+        findings.append(Finding(key, "warning", f"DeepSpeed does not read this key and silently ignores it; {hint}"))
+    return findings
+
+
+def removed_features(config, world_size):
+    """All removed keys at once (DeepSpeed stops at the first one)."""
+    from deepspeed.runtime import config as ds
+    found = [Finding(key, "error", f"removed from DeepSpeed: {message}")
+             for key, message in ds._REMOVED_TOP_LEVEL_CONFIG_KEYS.items() if key in config]
+    zero = zero_block(config)
+    found += [Finding(f"zero_optimization.{key}", "error", f"removed from DeepSpeed: {message}")
+              for key, message in ds._REMOVED_ZERO_CONFIG_KEYS.items() if key in zero]
+    return found
+
+
+def offload_param_below_stage_3(config, world_size):
+    block = _offload(config, "offload_param")
+    stage = zero_stage(config)
+    if block and block.get("device", "none") not in ("none", "auto") and stage < 3:
+        return [Finding("zero_optimization.offload_param", "warning",
+                        f"parameter offload works only with stage 3; at stage {stage} DeepSpeed ignores it and "
+                        "keeps the parameters on the GPU. Set \"stage\": 3 or remove offload_param")]
+    return []
+
+
+def stage3_keys_below_stage_3(config, world_size):
+    stage = zero_stage(config)
+    if stage == 3:
+        return []
+    return [Finding(f"zero_optimization.{key}", "warning",
+                    f"a stage-3 setting; at stage {stage} DeepSpeed ignores it. Remove it or set \"stage\": 3")
+            for key in zero_block(config) if key.startswith("stage3_")]
+
+
+def offload_without_zero(config, world_size):
+    block = _offload(config, "offload_optimizer")
+    if block and block.get("device", "none") in ("cpu", "nvme") and zero_stage(config) == 0:
+        return [Finding("zero_optimization.offload_optimizer", "warning",
+                        "optimizer offload needs ZeRO stage 1, 2 or 3; at stage 0 DeepSpeed ignores it. "
+                        "Set \"stage\": 2 (the usual choice with CPU offload)")]
+    return []
+
+
+def nvme_without_path(config, world_size):
+    findings = []
+    for name in ("offload_optimizer", "offload_param"):
+        block = _offload(config, name)
+        if not block or block.get("device") != "nvme" or block.get("nvme_path"):
+            continue
+        if name == "offload_optimizer" and zero_stage(config) < 3:
+            continue  # below stage 3 nvme is handled by nvme_optimizer_below_stage_3
+        if name == "offload_param" and zero_stage(config) < 3:
+            continue  # ignored anyway, reported by offload_param_below_stage_3
+        findings.append(Finding(f"zero_optimization.{name}.nvme_path", "error",
+                                "device is \"nvme\" but nvme_path is not set; DeepSpeed accepts the config and then "
+                                "fails building the swap folder (os.path.join(None, ...)). Set nvme_path to a "
+                                "directory on a fast local NVMe drive, e.g. \"/local_nvme\""))
+    return findings
+
+
+def nvme_optimizer_below_stage_3(config, world_size):
+    block = _offload(config, "offload_optimizer")
+    stage = zero_stage(config)
+    if block and block.get("device") == "nvme" and 1 <= stage < 3:
+        return [Finding("zero_optimization.offload_optimizer.device", "warning",
+                        f"NVMe offload is ZeRO-Infinity, stage 3 only. At stage {stage} DeepSpeed offloads to CPU "
+                        "RAM instead (stage_1_and_2.py treats every device but \"none\" as CPU offload), so "
+                        "host RAM must hold the optimizer state and nvme_path is unused. Write \"cpu\", or use "
+                        "stage 3 for NVMe")]
+    return []
+
+
+def auto_values(config, world_size):
+    """ "auto" is filled in by the Hugging Face Trainer / Accelerate; DeepSpeed alone drops it inside
+    zero_optimization / fp16 / bf16 (the field takes its default) and keeps it as a string elsewhere."""
+    findings = []
+    for path, value in _leaves(config):
+        if value != "auto" or path in BATCH_KEYS:  # batch "auto": DeepSpeed raises, validate reports it
+            continue
+        top = path.split(".")[0]
+        if top in ("zero_optimization", *PRECISION_BLOCKS):
+            default = _default_of(path)
+            findings.append(Finding(path, "warning",
+                                    f"\"auto\" is only filled in by the Hugging Face Trainer / Accelerate; DeepSpeed "
+                                    f"alone drops it silently and uses the default ({default}). Write the value"))
+        else:
+            findings.append(Finding(path, "error",
+                                    "\"auto\" is only filled in by the Hugging Face Trainer / Accelerate; DeepSpeed "
+                                    "alone keeps the string \"auto\" and fails when it uses it. Write the value"))
+    return findings
+
+
+def batch_arithmetic(config, world_size):
+    """The floor-division trap: DeepSpeed derives a missing batch field with //, which can leave a remainder."""
+    tbs, mbs, gas = (config.get(k) for k in BATCH_KEYS)
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0) for v in (tbs, mbs, gas)):
+        return []
+    if tbs is not None and mbs is not None and gas is None and tbs % (mbs * world_size):
+        derived = tbs // mbs // world_size
+        return [Finding("train_batch_size", "error",
+                        f"DeepSpeed derives gradient_accumulation_steps = {tbs} // {mbs} // {world_size} = {derived} "
+                        f"(floor division), and {mbs} x {derived} x {world_size} = {mbs * derived * world_size} != "
+                        f"train_batch_size {tbs}. Make train_batch_size a multiple of "
+                        f"micro batch x world size ({mbs * world_size})")]
+    if tbs is not None and gas is not None and mbs is None and tbs % (gas * world_size):
+        derived = tbs // world_size // gas
+        return [Finding("train_batch_size", "error",
+                        f"DeepSpeed derives train_micro_batch_size_per_gpu = {tbs} // {world_size} // {gas} = "
+                        f"{derived} (floor division), which does not multiply back to {tbs}. Make "
+                        f"train_batch_size a multiple of gradient_accumulation_steps x world size "
+                        f"({gas * world_size})")]
+    return []
+
+
+def pin_memory_default(config, world_size):
+    notes = []
+    for name in ("offload_optimizer", "offload_param"):
+        block = _offload(config, name)
+        if block and block.get("device") in ("cpu", "nvme") and "pin_memory" not in block:
+            notes.append(Finding(f"zero_optimization.{name}.pin_memory", "note",
+                                 "not set: DeepSpeed 0.19.8 pins the offloaded memory by default (it was false "
+                                 "before). Pinned RAM cannot be swapped; on low-RAM hosts (Colab, WSL) set "
+                                 "\"pin_memory\": false if the process is killed with -9"))
+    return notes
+
+
+def overlap_comm_default(config, world_size):
+    zero = zero_block(config)
+    if zero and "overlap_comm" not in zero:
+        stage = zero_stage(config)
+        return [Finding("zero_optimization.overlap_comm", "note",
+                        f"not set: DeepSpeed picks {stage == 3} for stage {stage} (true only for stage 3; its docs "
+                        "table says false). Set it explicitly to say what you mean")]
+    return []
+
+
+def contiguous_gradients_forced(config, world_size):
+    zero = zero_block(config)
+    block = _offload(config, "offload_optimizer")
+    if (zero.get("contiguous_gradients") is False and block and block.get("device") in ("cpu", "nvme")
+            and zero_stage(config) in (1, 2)):
+        return [Finding("zero_optimization.contiguous_gradients", "warning",
+                        "false is ignored under optimizer offload: stage 1/2 force it on "
+                        "(contiguous_gradients or cpu_offload, stage_1_and_2.py). Remove it or set true")]
+    return []
+
+
+CHECKS = (removed_features, unknown_top_level_keys, batch_arithmetic, auto_values, offload_without_zero,
+          offload_param_below_stage_3, nvme_optimizer_below_stage_3, nvme_without_path, stage3_keys_below_stage_3,
+          contiguous_gradients_forced, pin_memory_default, overlap_comm_default)
+
+
+def _leaves(value, prefix=""):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _leaves(inner, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, value
+
+
+def _default_of(path):
+    from zerolab.config.defaults import default_of
+    default = default_of(path)
+    return "unknown" if default is None else f"{path.split('.')[-1]} = {default}"

@@ -1,0 +1,29 @@
+"""One plain line per field that is set: what it does, DeepSpeed's default, and what the chosen value means."""
+from dataclasses import dataclass
+
+from zerolab.config.defaults import default_of
+from zerolab.config.load import load_config
+
+
+@dataclass(frozen=True)
+class Explanation:
+    path: str
+    value: object
+    default: object  # DeepSpeed 0.19.8's default (None when it has none)
+    text: str
+
+
+def explain_config(source):
+    """An Explanation for every field set in a ds_config (path, JSON text or dict), in file order."""
+    from zerolab.config.field_notes import describe
+    config = load_config(source)
+    return [Explanation(path, value, default_of(path), describe(path, value, config))
+            for path, value in _leaves(config)]
+
+
+def _leaves(value, prefix=""):
+    if isinstance(value, dict) and value:
+        for key, inner in value.items():
+            yield from _leaves(inner, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, value
