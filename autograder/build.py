@@ -1,0 +1,193 @@
+"""Build every generated notebook of the course from its one source, autograder/src/<name>.py.
+
+    python autograder/build.py [--out DIR] [--lesson NAME ...] [--no-execute]
+
+For each lesson it writes (under DIR, default: the repository):
+  autograder/source/<name>/<name>.ipynb  the instructor notebook: the source plus the Colab badge and setup cell
+  lessons/<name>.ipynb                   the student release, made by `nbgrader generate_assignment`
+  solutions/<name>.ipynb                 the instructor notebook executed in a fresh python3 kernel, with outputs
+--no-execute skips solutions/ (tests/test_build.py checks them against the source notebook instead).
+The format of a source file is described in autograder/src/README.md.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+AUTOGRADER = ROOT / "autograder"
+SRC = AUTOGRADER / "src"
+SETUP_SNIPPET = SRC / "_setup.py"
+CELL_TIMEOUT_S = 300  # building solutions: generous, a real-run cell may take a minute
+NBGRADER_KEYS = ("grade", "grade_id", "locked", "schema_version", "solution")
+
+sys.path.insert(0, str(ROOT))  # build from a checkout even where zerolab is not installed
+from zerolab import course  # noqa: E402
+
+
+class BuildError(Exception):
+    """A lesson source that cannot be built; the message names the file and cell and what to do."""
+
+
+def lesson_names():
+    """Every lesson that has a source, in order. Files starting with '_' are shared snippets, not lessons."""
+    return sorted(path.stem for path in SRC.glob("*.py") if not path.name.startswith("_"))
+
+
+def setup_cell_source(name):
+    try:
+        needs = course.lesson(name).needs
+    except KeyError:
+        needs = ()
+    header = f"INSTALL_URL = {course.install_url()!r}\nNEEDS = {list(needs)!r}\n"
+    return header + SETUP_SNIPPET.read_text().rstrip("\n")
+
+
+def badge_cell_source(name):
+    return (
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({course.colab_url(name)})\n"
+        "\n"
+        f"On ModelScope: start a notebook instance, run `git clone {course.REPO}` in its terminal and open "
+        f"`lessons/{name}.ipynb`. The setup cell below installs the rest."
+    )
+
+
+def source_notebook(name):
+    """The instructor notebook for one lesson, built from autograder/src/<name>.py."""
+    path = SRC / f"{name}.py"
+    if not path.exists():
+        raise BuildError(f"no lesson source {path.relative_to(ROOT)}; lessons found: {', '.join(lesson_names())}")
+    nb = jupytext.read(path, fmt="py:percent")
+    check_source(nb, path.relative_to(ROOT))
+    badge = nbformat.v4.new_markdown_cell(badge_cell_source(name))
+    setup = nbformat.v4.new_code_cell(setup_cell_source(name))
+    setup.metadata["nbgrader"] = {"grade": False, "grade_id": "setup", "locked": True, "schema_version": 3,
+                                  "solution": False, "task": False}
+    nb.cells[1:1] = [badge, setup]
+    for index, cell in enumerate(nb.cells):
+        cell.id = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell-{index:03d}"
+        cell.metadata.pop("lines_to_next_cell", None)
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nbformat.validate(nb)
+    return nb
+
+
+def check_source(nb, path):
+    """The rules of autograder/src/README.md that nbgrader itself would only report obscurely, or not at all."""
+    cells = nb.cells
+    if not cells or cells[0].cell_type != "markdown" or not cells[0].source.startswith("# "):
+        raise BuildError(f"{path}: the first cell must be a markdown cell with the title ('# Lesson NN: ...')")
+    seen = set()
+    for index, cell in enumerate(cells):
+        meta = cell.metadata.get("nbgrader")
+        if meta is None:
+            continue
+        where = f"{path}, cell {index + 1} ({meta.get('grade_id', 'no grade_id')})"
+        missing = [key for key in NBGRADER_KEYS if key not in meta]
+        if meta.get("grade") and "points" not in meta:
+            missing.append("points")
+        if missing:
+            raise BuildError(f"{where}: nbgrader metadata lacks {', '.join(missing)}")
+        if meta["schema_version"] != 3:
+            raise BuildError(f"{where}: schema_version must be 3")
+        if meta["grade_id"] in seen or meta["grade_id"] == "setup":
+            raise BuildError(f"{where}: grade_id {meta['grade_id']!r} is used twice (or is the reserved 'setup')")
+        seen.add(meta["grade_id"])
+        if cell.cell_type == "code" and meta["solution"] and not meta["grade"]:
+            if "### BEGIN SOLUTION" not in cell.source:
+                raise BuildError(f"{where}: a solution cell needs ### BEGIN SOLUTION / ### END SOLUTION markers")
+            test = cells[index + 1].metadata.get("nbgrader", {}) if index + 1 < len(cells) else {}
+            if test.get("grade_id") != "test_" + meta["grade_id"] or not test.get("grade") or not test.get("locked"):
+                raise BuildError(f"{where}: must be followed at once by its locked test cell "
+                                 f"'test_{meta['grade_id']}' with grade true")
+
+
+def source_hash(nb):
+    """A hash of what a notebook is made of (cell types, sources, nbgrader metadata), not of its outputs."""
+    cells = [[cell.cell_type, cell.source, cell.metadata.get("nbgrader")] for cell in nb.cells]
+    return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()
+
+
+def write(nb, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+def release_notebooks(notebooks):
+    """Run `nbgrader generate_assignment` on a throw-away copy of the course; return {name: release notebook}."""
+    releases = {}
+    with tempfile.TemporaryDirectory(prefix="zerolab-release-") as tmp:
+        root = Path(tmp)
+        shutil.copy(AUTOGRADER / "nbgrader_config.py", root / "nbgrader_config.py")
+        for name, nb in notebooks.items():
+            write(nb, root / "source" / name / f"{name}.ipynb")
+            done = subprocess.run(["nbgrader", "generate_assignment", name, "--force", "--CourseDirectory.root=" + tmp],
+                                  cwd=tmp, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise BuildError(f"nbgrader generate_assignment {name} failed:\n{done.stdout}{done.stderr}")
+            releases[name] = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
+    return releases
+
+
+def executed(nb, name):
+    """The notebook run top to bottom in a fresh python3 kernel, with a hash of its source in the metadata."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    os.environ["ZEROLAB_STATIC"] = "1"  # widgets draw their static figure: an executed notebook has no frontend
+    with tempfile.TemporaryDirectory(prefix=f"zerolab-run-{name}-") as tmp:
+        client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
+                                resources={"metadata": {"path": tmp}})
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            raise BuildError(f"solutions/{name}.ipynb: a cell failed while executing the solution:\n{error}") from None
+    nb.metadata["zerolab"] = {"source_sha256": source_hash(nb)}
+    return nb
+
+
+def build(names, out, execute=True, log=print):
+    sources = {name: source_notebook(name) for name in names}
+    for name, nb in sources.items():
+        write(nb, out / "autograder" / "source" / name / f"{name}.ipynb")
+    started = time.perf_counter()
+    for name, nb in release_notebooks(sources).items():
+        write(nb, out / "lessons" / f"{name}.ipynb")
+    log(f"released {len(sources)} lesson(s) with nbgrader in {time.perf_counter() - started:.1f} s")
+    if execute:
+        for name, nb in sources.items():
+            started = time.perf_counter()
+            write(executed(nb, name), out / "solutions" / f"{name}.ipynb")
+            log(f"executed solutions/{name}.ipynb in {time.perf_counter() - started:.1f} s")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT, help="folder to write into (default: the repository)")
+    parser.add_argument("--lesson", action="append", metavar="NAME", help="build only this lesson (repeatable)")
+    parser.add_argument("--no-execute", action="store_true", help="skip executing the solutions")
+    args = parser.parse_args(argv)
+    try:
+        build(args.lesson or lesson_names(), args.out.resolve(), execute=not args.no_execute)
+    except BuildError as error:
+        print(f"build: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

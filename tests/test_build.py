@@ -1,0 +1,119 @@
+"""The generated notebooks are what autograder/build.py makes from autograder/src today (fastbook/nbdev style).
+
+Rebuilds every lesson into a temporary folder (without executing) and compares with the committed files:
+autograder/source/ and lessons/ must be identical; solutions/ must have the same cells as the fresh source
+notebook and carry its source hash (its outputs hold timings, so they are not compared byte for byte).
+"""
+import json
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "autograder"))
+import build  # noqa: E402
+
+from zerolab import course  # noqa: E402
+
+LESSONS = build.lesson_names()
+REBUILD = "run `python autograder/build.py` and commit the generated files"
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    build.build(LESSONS, out, execute=False, log=lambda *args: None)
+    return out
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def test_there_are_lessons():
+    assert LESSONS, "no lesson sources found in autograder/src"
+    known = {lesson.name for lesson in course.LESSONS}
+    assert set(LESSONS) <= known, f"add {sorted(set(LESSONS) - known)} to zerolab/course.py LESSONS"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_instructor_notebook_is_fresh(fresh, name):
+    relative = Path("autograder", "source", name, f"{name}.ipynb")
+    assert (ROOT / relative).exists(), f"{relative} is missing: {REBUILD}"
+    assert load(ROOT / relative) == load(fresh / relative), f"{relative} is stale: {REBUILD}"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_release_is_fresh(fresh, name):
+    relative = Path("lessons", f"{name}.ipynb")
+    assert (ROOT / relative).exists(), f"{relative} is missing: {REBUILD}"
+    assert load(ROOT / relative) == load(fresh / relative), f"{relative} is stale: {REBUILD}"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_solution_was_executed_from_the_current_source(fresh, name):
+    path = ROOT / "solutions" / f"{name}.ipynb"
+    assert path.exists(), f"solutions/{name}.ipynb is missing: {REBUILD}"
+    solution = nbformat.read(str(path), as_version=4)
+    source = nbformat.read(str(fresh / "autograder" / "source" / name / f"{name}.ipynb"), as_version=4)
+    assert [c.source for c in solution.cells] == [c.source for c in source.cells], f"solutions/{name} is stale: {REBUILD}"
+    assert solution.metadata["zerolab"]["source_sha256"] == build.source_hash(source), f"solutions/{name} is stale"
+    code = [cell for cell in solution.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count for cell in code), f"solutions/{name} has cells that were not executed"
+    errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
+    assert not errors, f"solutions/{name} holds an error output: {errors[0].get('ename')}"
+    if "zerolab.widgets" in (ROOT / "autograder" / "src" / f"{name}.py").read_text():
+        figures = [o for cell in code for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert figures, f"solutions/{name} shows no figure: a widget's static fallback should draw one"
+
+
+def test_no_generated_notebook_without_a_source():
+    found = {p.stem for p in (ROOT / "lessons").glob("*.ipynb")}
+    found |= {p.stem for p in (ROOT / "solutions").glob("*.ipynb")}
+    found |= {p.name for p in (ROOT / "autograder" / "source").glob("*") if p.is_dir()}
+    assert found <= set(LESSONS), f"generated notebooks without a source in autograder/src: {sorted(found - set(LESSONS))}"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_release_hides_solutions_and_links_to_itself(name):
+    text = (ROOT / "lessons" / f"{name}.ipynb").read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+        assert marker not in text, f"lessons/{name}.ipynb still contains {marker}"
+    assert "raise NotImplementedError()" in text
+    release = nbformat.read(str(ROOT / "lessons" / f"{name}.ipynb"), as_version=4)
+    badge, setup = release.cells[1], release.cells[2]
+    assert f"colab.research.google.com/github/{course.github_path()}/blob/{course.BRANCH}/lessons/{name}.ipynb" in badge.source
+    assert "ModelScope" in badge.source
+    assert setup.metadata["nbgrader"]["grade_id"] == "setup" and course.install_url() in setup.source
+
+
+def check(text):
+    build.check_source(jupytext.reads(text, fmt="py:percent"), "x.py")
+
+
+EXERCISE = '# %% nbgrader={"grade": false, "grade_id": "ex1_a", "locked": false, "schema_version": 3, "solution": true, "task": false}\n' \
+           "def a():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"
+TEST = '# %% nbgrader={"grade": true, "grade_id": "test_ex1_a", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}\n' \
+       "assert a() == 1\n"
+
+
+def test_a_well_formed_source_passes_the_checks():
+    check("# %% [markdown]\n# # Lesson 99: t\n\n" + EXERCISE + "\n" + TEST)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("# %%\nx = 1\n", "first cell must be a markdown cell with the title"),
+    ("# %% [markdown]\n# # T\n\n" + EXERCISE, "must be followed at once by its locked test cell 'test_ex1_a'"),
+    ("# %% [markdown]\n# # T\n\n" + EXERCISE + "\n# %%\nx = 1\n\n" + TEST, "must be followed at once"),
+    ("# %% [markdown]\n# # T\n\n" + EXERCISE.replace("### BEGIN SOLUTION\n", "") + "\n" + TEST, "### BEGIN SOLUTION"),
+    ("# %% [markdown]\n# # T\n\n" + EXERCISE + "\n" + TEST.replace('"points": 1, ', ""), "lacks points"),
+    ("# %% [markdown]\n# # T\n\n" + EXERCISE.replace('"schema_version": 3, ', "") + "\n" + TEST, "lacks schema_version"),
+    ("# %% [markdown]\n# # T\n\n" + EXERCISE + "\n" + TEST + "\n" + TEST, "used twice"),
+])
+def test_malformed_sources_are_reported_by_cell(text, message):
+    with pytest.raises(build.BuildError, match="x.py, cell|x.py:") as error:
+        check(text)
+    assert message in str(error.value)

@@ -1,0 +1,79 @@
+"""Real `nbgrader autograde` on a throw-away copy of the course, for every lesson, three students each:
+
+- "solved":   the instructor notebook (solutions in place)        -> full marks on every graded cell;
+- "untouched": the release exactly as handed out                  -> 0 on every graded cell, and every cell graded
+                                                                      (the run does not stop at the first stub);
+- "one_right": the release with the first exercise's solution cell -> that exercise's points, 0 elsewhere.
+The expected points come from the cell metadata of the lesson source (autograder/src), not from nbgrader.
+"""
+import shutil
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.fixture(scope="module")
+def course_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "autograder" / "nbgrader_config.py", root)
+    shutil.copytree(ROOT / "autograder" / "source", root / "source")
+    return root
+
+
+def nbgrader(root, *args):
+    done = subprocess.run(["nbgrader", *args, f"--CourseDirectory.root={root}"], cwd=root,
+                          capture_output=True, text=True, timeout=900)
+    return done.returncode, done.stdout + done.stderr
+
+
+def graded_cells(nb):
+    """grade_id -> points of every automatically graded (code) cell."""
+    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def submit(root, name, student, nb):
+    folder = root / "submitted" / student / name
+    folder.mkdir(parents=True)
+    nbformat.write(nb, str(folder / f"{name}.ipynb"))
+
+
+def scores(root, name, student, grade_ids):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root}/gradebook.db") as gradebook:
+        return {gid: gradebook.find_grade(gid, name, name, student).auto_score for gid in grade_ids}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LESSONS)
+def test_autograde_three_submissions(course_root, name):
+    source = nbformat.read(str(course_root / "source" / name / f"{name}.ipynb"), as_version=4)
+    rc, log = nbgrader(course_root, "generate_assignment", name, "--force")
+    assert rc == 0, log
+    release = nbformat.read(str(course_root / "release" / name / f"{name}.ipynb"), as_version=4)
+    points = graded_cells(source)
+    assert points, f"{name} has no graded cells"
+
+    exercise = next(c for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")
+                    and c.cell_type == "code")
+    first_id = exercise.metadata["nbgrader"]["grade_id"]
+    one_right = nbformat.from_dict(release)
+    next(c for c in one_right.cells if c.metadata.get("nbgrader", {}).get("grade_id") == first_id).source = exercise.source
+
+    submit(course_root, name, "solved", source)
+    submit(course_root, name, "untouched", release)
+    submit(course_root, name, "one_right", one_right)
+    rc, log = nbgrader(course_root, "autograde", name, "--force")
+    assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
+
+    assert scores(course_root, name, "solved", points) == points, "the solutions do not earn full marks"
+    assert scores(course_root, name, "untouched", points) == {gid: 0 for gid in points}, \
+        "the untouched release should score 0 on every test cell (None = the cell was not graded)"
+    expected = {gid: (points[gid] if gid == "test_" + first_id else 0) for gid in points}
+    assert scores(course_root, name, "one_right", points) == expected

@@ -1,0 +1,25 @@
+"""Every executed solution runs top to bottom in a fresh, real python3 kernel on CPU, without errors.
+
+Widgets run their interactive path here (ZEROLAB_STATIC is not set), the build ran their static one.
+"""
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LESSONS)
+def test_solution_executes_in_a_fresh_kernel(name, tmp_path, monkeypatch):
+    monkeypatch.delenv("ZEROLAB_STATIC", raising=False)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    nb = nbformat.read(str(ROOT / "solutions" / f"{name}.ipynb"), as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError naming the cell on the first error
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
