@@ -1,4 +1,5 @@
 """check_config: DeepSpeed's own validation plus the checks for what it silently lets through."""
+from zerolab.config.deepspeed_import import import_deepspeed
 from zerolab.config.checks import CHECKS
 from zerolab.config.findings import Report
 from zerolab.config.load import load_config
@@ -10,6 +11,7 @@ def check_config(source, world_size=1):
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a whole number >= 1, got {world_size!r}")
     config = load_config(source)
+    import_deepspeed()
     findings, _ = validate(config, world_size)
     for check in CHECKS:
         findings += check(config, world_size)

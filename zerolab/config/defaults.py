@@ -1,4 +1,5 @@
 """Defaults as DeepSpeed 0.19.8 defines them, read from its pydantic models and constants so they cannot drift."""
+from zerolab.config.deepspeed_import import import_deepspeed
 import functools
 
 _MISSING = object()
@@ -17,6 +18,7 @@ def _block_models():
 def model_field(path):
     """(model, field name, FieldInfo) for a JSON path inside a block DeepSpeed validates, else None.
     Matches field names and their aliases (e.g. stage3_prefetch_bucket_size -> prefetch_bucket_size)."""
+    import_deepspeed()
     block, _, key = path.rpartition(".")
     model = _block_models().get(block)
     if model is None:
@@ -43,6 +45,7 @@ def default_of(path):
 @functools.cache
 def _top_level_constants():
     """key -> default from deepspeed/runtime/constants.py pairs such as TRAIN_BATCH_SIZE / TRAIN_BATCH_SIZE_DEFAULT."""
+    import_deepspeed()
     from deepspeed.runtime import constants
     names = vars(constants)
     return {value: names[f"{name}_DEFAULT"] for name, value in names.items()

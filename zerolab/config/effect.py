@@ -1,4 +1,5 @@
 """What a config costs: the settings DeepSpeed will actually use, fed to zerolab.memory and zerolab.comm."""
+from zerolab.config.deepspeed_import import import_deepspeed
 from dataclasses import dataclass
 
 from zerolab import comm, memory
@@ -45,6 +46,7 @@ def read_settings(source, world_size=1):
     block, DeepSpeedConfig for the batch fields), so unset fields take DeepSpeed's defaults.
 
     Raises UserError when the zero or precision blocks are invalid (run check_config for the details)."""
+    import_deepspeed()
     from pydantic import ValidationError
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     from zerolab.config.validate import validate

@@ -1,4 +1,5 @@
 """One plain line per field that is set: what it does, DeepSpeed's default, and what the chosen value means."""
+from zerolab.config.deepspeed_import import import_deepspeed
 from dataclasses import dataclass
 
 from zerolab.config.defaults import default_of
@@ -15,6 +16,7 @@ class Explanation:
 
 def explain_config(source):
     """An Explanation for every field set in a ds_config (path, JSON text or dict), in file order."""
+    import_deepspeed()
     from zerolab.config.field_notes import describe
     config = load_config(source)
     return [Explanation(path, value, default_of(path), describe(path, value, config))

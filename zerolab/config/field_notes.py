@@ -9,8 +9,7 @@ _STAGES = {0: "no ZeRO: every GPU keeps all parameters, gradients and optimizer 
            1: "ZeRO-1: optimizer states (fp32 master weights, Adam moments) are partitioned across GPUs",
            2: "ZeRO-2: optimizer states and gradients are partitioned; parameters stay replicated",
            3: "ZeRO-3: parameters too are partitioned and gathered layer by layer when needed"}
-_DEVICES = {"none": "stays on the GPU", "cpu": "moves to host RAM (CPU Adam updates it there)",
-            "nvme": "moves to NVMe through host buffers (ZeRO-Infinity, stage 3)"}
+_DEVICES = {"none": "on the GPU", "cpu": "in host RAM", "nvme": "on NVMe, through host buffers (ZeRO-Infinity, stage 3)"}
 
 
 def _elements(value):
@@ -64,7 +63,8 @@ NOTES = {
     "zero_optimization.allgather_partitions": ("gather updated partitions with all-gather instead of broadcasts", None),
     "zero_optimization.round_robin_gradients": ("spread gradient copies to the CPU over ranks (stage 1/2 offload)", None),
     "zero_optimization.offload_optimizer": ("where the optimizer state (fp32 master, Adam moments) lives", None),
-    "zero_optimization.offload_optimizer.device": ("optimizer state location", lambda v: f"optimizer state {_DEVICES.get(v, '?')}"),
+    "zero_optimization.offload_optimizer.device": ("optimizer state location", lambda v: f"optimizer state {_DEVICES.get(v, '?')}"
+                                                   + (" (updated there by DeepSpeedCPUAdam)" if v in ("cpu", "nvme") else "")),
     "zero_optimization.offload_optimizer.pin_memory": ("page-lock the host buffers: faster PCIe copies, RAM that cannot "
                                                        "be swapped", None),
     "zero_optimization.offload_optimizer.nvme_path": ("directory on the NVMe drive used for swapping", None),

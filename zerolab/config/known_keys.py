@@ -10,6 +10,7 @@ Probed alternatives: deepspeed/runtime/constants.py mixes top-level keys with bl
 One key is read only when torch.distributed is initialised, which validation never needs:
 ``sequence_parallel_size`` (DeepSpeedConfig.__init__). It is added by name.
 """
+from zerolab.config.deepspeed_import import import_deepspeed
 import functools
 
 READ_ONLY_UNDER_DISTRIBUTED = ("sequence_parallel_size",)
@@ -53,6 +54,7 @@ class _RecordingKeys:
 @functools.cache
 def known_top_level_keys():
     """Every top-level key DeepSpeedConfig looks up (frozenset of str), the removed ones included."""
+    import_deepspeed()
     from zerolab.config.validate import deepspeed_config
 
     seen = set()

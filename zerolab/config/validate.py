@@ -13,6 +13,7 @@ DeepSpeed's exceptions become findings:
 - AssertionError (batch arithmetic, fp16 + bf16), DeepSpeedConfigError (removed features), TypeError /
   ValueError (e.g. "auto" where a number is needed): one finding, the path guessed from the message.
 """
+from zerolab.config.deepspeed_import import import_deepspeed
 import copy
 import difflib
 import logging
@@ -27,6 +28,7 @@ _BLOCK_OF_MODEL = {"DeepSpeedZeroConfig": "zero_optimization", "DeepSpeedFP16Con
 
 def deepspeed_config(config, world_size=1):
     """DeepSpeed's parsed DeepSpeedConfig for ``config`` at ``world_size``; raises what DeepSpeed raises."""
+    import_deepspeed()
     from deepspeed.runtime.config import DeepSpeedConfig
 
     class _ConfigForWorld(DeepSpeedConfig):
@@ -137,7 +139,7 @@ def _from_assertion(message, config, world_size):
         return Finding(f"{_block_key('DeepSpeedBF16Config', config)}.enabled", "error",
                        "fp16 and bf16 are both enabled; DeepSpeed rejects that. Enable one: bf16 on Ampere or "
                        "newer GPUs, fp16 (with loss scaling) on older ones such as V100 or T4")
-    if "train_batch_size" in message or "batch" in message.lower():
+    if any(word in message.lower() for word in ("batch", "accumulation")):
         return Finding("train_batch_size", "error",
                        f"DeepSpeed rejects the batch fields at data-parallel world size {world_size}: {message}. "
                        "Make train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
