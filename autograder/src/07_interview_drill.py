@@ -1,0 +1,563 @@
+# %% [markdown]
+# # Lesson 07: Interview drill
+#
+# The questions interviewers ask about ZeRO and DeepSpeed, each checked automatically and then explained. Several
+# popular answers, including some in the tutorial this course grew from, are wrong; the explanations say which and
+# why, with the correct figure computed by zerolab.
+
+# %% [markdown]
+# ## How the drill works
+#
+# - Each question names a variable (`Q01`, `Q02`, ...). Replace the stub in its answer cell with one line such as
+#   `Q01 = 16`. Numbers are plain `int` or `float` in the unit the question asks for; multiple-choice answers are a
+#   letter such as `"B"`; some answers are a small dict.
+# - Run the test cell below your answer: it tells you whether you are right and, if not, what to reconsider.
+#   **Hidden tests** run when the notebook is graded; they check the same answer again as plain data (a JSON round
+#   trip), so an object that only pretends to be equal earns nothing.
+# - The explanation follows each test. Answer first, then read it.
+# - Numbers are "GB" = 10^9 bytes unless a question says GiB (2^30 bytes), and count model states only
+#   (parameters, gradients, optimizer states), as in the ZeRO paper. Ψ (Psi) is the number of parameters and Nd the
+#   number of data-parallel GPUs.
+#
+# Work it out on paper; you may also use `zerolab` (lessons 01 to 03), as in an interview you would use a whiteboard.
+
+# %%
+from zerolab import comm, memory, units
+from zerolab.checks import plain
+
+
+PSI = units.parse_count("1B")
+P13 = units.parse_count("13B")
+P75 = units.parse_count("7.5B")
+
+
+def close(answer, expected, rel=0.01):
+    return abs(answer - expected) <= rel * abs(expected)
+
+
+# %% [markdown]
+# ## Q01: bytes per parameter (1 point)
+#
+# Training with mixed-precision Adam (fp16 parameters and gradients, the ZeRO paper's setting) and plain data
+# parallelism: how many bytes of model state does each parameter cost on every GPU? Set `Q01` to an int.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_bytes_per_param", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q01 = 16
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_bytes_per_param", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q01, (int, float)), "Q01 should be a number of bytes, e.g. Q01 = 10"
+assert Q01 == memory.estimate(PSI, 0).gpu_bytes / PSI, \
+    "not right: add up fp16 parameters, fp16 gradients and everything Adam keeps in fp32"
+### BEGIN HIDDEN TESTS
+assert plain(Q01, "Q01") == memory.estimate(3 * PSI, 0, gpus_per_node=4).gpu_bytes / (3 * PSI)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** 2 bytes of fp16 parameters, 2 of fp16 gradients, and K = 12 bytes of optimizer state: the paper's
+# "2Ψ + 2Ψ + KΨ = 16Ψ" (section 3.1). zerolab's breakdown per parameter:
+
+# %%
+e = memory.estimate(PSI, 0)
+print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, "total", e.gpu_bytes / PSI)
+
+# %% [markdown]
+# ## Q02: where K = 12 comes from (1 point)
+#
+# The paper's optimizer-state multiplier K is 12 bytes per parameter for mixed-precision Adam. What are they?
+#
+# - A: fp16 parameters + fp16 gradients + fp32 momentum
+# - B: fp32 master weights + fp32 momentum + fp32 variance
+# - C: fp32 gradients + fp32 momentum + fp32 variance
+# - D: fp32 momentum + fp32 variance, 6 bytes each
+#
+# Set `Q02` to a letter.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_k12", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q02 = "B"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex2_k12", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q02, str) and Q02.strip().upper() in "ABCD" and len(Q02.strip()) == 1, 'Q02 should be one letter, e.g. Q02 = "A"'
+assert Q02.strip().upper() == "B", "not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
+### BEGIN HIDDEN TESTS
+assert plain(Q02, "Q02").strip().upper() == "B"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer: B.** K counts the fp32 **master weights** (4 bytes) as well as Adam's momentum and variance (4 + 4). The
+# fp32 copy is needed because fp16 cannot represent small updates to a weight. A frequent mistake is to count only
+# the two moments; then the total is not 16 bytes. (DeepSpeed's estimator counts 4 more: the partitioned fp32
+# gradients; see Q05.)
+
+# %%
+parts = memory.estimate(PSI, 0).breakdown["gpu"]
+print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, "bytes per parameter:",
+      {name: parts[name] / PSI for name in ("master_weights", "optimizer_states")})
+
+# %% [markdown]
+# ## Q03: Adam's states for a 13B model (2 points)
+#
+# How many GB do Adam's momentum and variance (both fp32) take for a 13B-parameter model? Set `Q03` to a number of GB
+# (10^9 bytes).
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_adam_13b", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q03 = memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex3_adam_13b", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+moments = memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB
+assert isinstance(Q03, (int, float)), "Q03 should be a number of GB"
+assert not close(Q03, moments / 2), "that is one fp32 tensor of 13B values; Adam keeps two"
+assert not close(Q03, moments * 1000), "that is MB, not GB"
+assert close(Q03, moments), "not right: how many fp32 tensors of 13B values does Adam keep, at how many bytes each?"
+### BEGIN HIDDEN TESTS
+assert abs(plain(Q03, "Q03") - moments) <= 0.01 * moments
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** Two fp32 tensors of Ψ values: 8 bytes per parameter. **A common claim** says "Adam's states for 13B take
+# 52 GB": that is 4 bytes per parameter, a single fp32 tensor. Add the fp32 master weights (the paper's K = 12) and the
+# whole optimizer state is larger still; add fp16 parameters and gradients and you reach the full 16Ψ:
+
+# %%
+parts = memory.estimate(P13, 0).breakdown["gpu"]
+print("Adam momentum + variance:", units.format_bytes(parts["optimizer_states"], "GB"))
+print("plus fp32 master weights:", units.format_bytes(parts["optimizer_states"] + parts["master_weights"], "GB"))
+print("all model states (16 bytes per parameter):", units.format_bytes(sum(parts.values()), "GB"))
+
+# %% [markdown]
+# ## Q04: the paper's example, per GPU (2 points)
+#
+# The ZeRO paper's running example: Ψ = 7.5B parameters on Nd = 64 GPUs, mixed-precision Adam. How many GB of model
+# state does each GPU hold with ZeRO-1 (P_os), ZeRO-2 (P_os+g) and ZeRO-3 (P_os+g+p)? Set `Q04` to a dict
+# `{"zero1": ..., "zero2": ..., "zero3": ...}` of GB (answers within 2 % count).
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_paper_example", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q04 = {f"zero{stage}": memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB
+       for stage in (1, 2, 3)}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex4_paper_example", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q04, dict) and sorted(Q04) == ["zero1", "zero2", "zero3"], 'Q04 should be {"zero1": ..., "zero2": ..., "zero3": ...}'
+for stage in (1, 2, 3):
+    expected = memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB
+    assert isinstance(Q04[f"zero{stage}"], (int, float)), f"Q04['zero{stage}'] should be a number of GB"
+    assert close(Q04[f"zero{stage}"], expected, 0.02), \
+        f"Q04['zero{stage}'] is not right: which of the 2 + 2 + 12 bytes does ZeRO-{stage} divide by Nd?"
+### BEGIN HIDDEN TESTS
+answer = plain(Q04, "Q04")
+for stage in (1, 2, 3):
+    reference = memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB
+    assert abs(answer[f"zero{stage}"] - reference) <= 0.02 * reference
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** ZeRO-1 divides the K = 12 bytes of optimizer state by Nd, ZeRO-2 also the 2 bytes of gradients, ZeRO-3
+# also the 2 bytes of parameters. The paper prints these figures in section 5 and Figure 1 (with ZeRO-3 rounded to
+# 1.9 GB); zerolab reproduces them:
+
+# %%
+for stage in (0, 1, 2, 3):
+    print(f"ZeRO-{stage} on 64 GPUs:", units.format_bytes(memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes, "GB"))
+
+# %% [markdown]
+# ## Q05: ZeRO-2 for 13B on 8 GPUs (2 points)
+#
+# A 13B model, ZeRO-2, 8 GPUs, mixed-precision Adam, no offload. Per-GPU model states in GB by the paper's accounting?
+# Set `Q05` to a number.
+
+# %% nbgrader={"grade": false, "grade_id": "ex5_zero2_13b", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q05 = memory.estimate(P13, 2, gpus_per_node=8).gpu_bytes / units.GB
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex5_zero2_13b", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+expected = memory.estimate(P13, 2, gpus_per_node=8).gpu_bytes / units.GB
+assert isinstance(Q05, (int, float)), "Q05 should be a number of GB"
+assert not close(Q05, 36, 0.03), "36 GB is the popular wrong answer: it counts 6 bytes of partitioned state per parameter"
+assert close(Q05, expected), "not right: 2 bytes stay whole on every GPU, the other 14 are divided by 8"
+### BEGIN HIDDEN TESTS
+assert abs(plain(Q05, "Q05") - expected) <= 0.01 * expected
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** The paper's P_os+g: 2Ψ of fp16 parameters on every GPU plus (2 + K)Ψ / Nd. **A common claim** (in the
+# tutorial this course grew from) is "26 GB + 78 GB / 8 ≈ 36 GB": the 78 GB there is 6 bytes per parameter, which
+# matches no accounting. DeepSpeed's own estimator says more than the paper, because it also counts 4 bytes per
+# parameter of partitioned fp32 gradients, and it prints GiB under the label "GB":
+
+# %%
+for accounting in ("paper", "deepspeed"):
+    e = memory.estimate(P13, 2, gpus_per_node=8, accounting=accounting)
+    print(f"{accounting:9}: {units.format_bytes(e.gpu_bytes, 'GB')} = {units.format_bytes(e.gpu_bytes, 'GiB')}")
+
+# %% [markdown]
+# ## Q06: what ZeRO-1 keeps (1 point)
+#
+# With Nd = 8, what fraction of plain data parallelism's per-GPU model-state memory does ZeRO-1 keep? Set `Q06` to a
+# number between 0 and 1.
+
+# %% nbgrader={"grade": false, "grade_id": "ex6_zero1_fraction", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q06 = memory.estimate(P13, 1, gpus_per_node=8).gpu_bytes / memory.estimate(P13, 0, gpus_per_node=8).gpu_bytes
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex6_zero1_fraction", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+expected = memory.estimate(PSI, 1, gpus_per_node=8).gpu_bytes / memory.estimate(PSI, 0, gpus_per_node=8).gpu_bytes
+assert isinstance(Q06, (int, float)) and 0 < Q06 <= 1, "Q06 should be a fraction between 0 and 1, e.g. 0.5"
+assert not close(Q06, 0.75, 0.02), "75 % is the popular wrong figure; what does ZeRO-1 partition, and what stays whole?"
+assert close(Q06, expected), "not right: keep 2 + 2 bytes whole and divide the 12 by Nd, then compare with 16"
+### BEGIN HIDDEN TESTS
+assert abs(plain(Q06, "Q06") - expected) <= 0.01 * expected
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** (4 + 12/8) / 16. **A common claim** puts ZeRO-1, -2, -3 at "75 %, 40 %, 15 % of the memory"; 75 % is
+# ZeRO-1's *saving* as Nd grows, not what it keeps, and all such fractions depend on Nd:
+
+# %%
+for nd in (8, 64, 1024):
+    ddp = memory.estimate(PSI, 0, gpus_per_node=nd).gpu_bytes
+    print(f"Nd={nd:5}: " + "  ".join(f"ZeRO-{s} keeps {memory.estimate(PSI, s, gpus_per_node=nd).gpu_bytes / ddp:.1%}"
+                                      for s in (1, 2, 3)))
+
+# %% [markdown]
+# ## Q07: communication volume (2 points)
+#
+# Per training step (no gradient accumulation), how much data does each GPU move, as a multiple of Ψ, in the paper's
+# accounting? Set `Q07` to `{"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex7_comm_volume", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q07 = {name: comm.traffic(P13, stage, 8).volume_in_params
+       for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3))}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex7_comm_volume", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q07, dict) and sorted(Q07) == ["ddp", "zero1", "zero2", "zero3"], 'Q07 should be {"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}'
+for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
+    assert Q07[name] == comm.traffic(PSI, stage, 8).volume_in_params, \
+        f"Q07['{name}'] is not right: count each all-reduce as a reduce-scatter plus an all-gather, each Ψ"
+### BEGIN HIDDEN TESTS
+answer = plain(Q07, "Q07")
+for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
+    assert answer[name] == comm.traffic(3 * PSI, stage, 64).volume_in_params
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** DDP's all-reduce is a reduce-scatter (Ψ) plus an all-gather (Ψ). ZeRO-1 and ZeRO-2 do exactly these two
+# with a different purpose: reduce-scatter the gradients to their owners, all-gather the updated parameters. ZeRO-3
+# must gather the parameters for the forward pass and **again** for the backward pass, plus the gradient
+# reduce-scatter: 1.5x DDP (paper section 7). **A common claim**, "ZeRO-3 needs 80 communications per step for a
+# 40-layer model", counts calls, not volume, forgets the reduce-scatters, and ignores that DeepSpeed gathers per
+# submodule, coalesces prefetches into buckets and keeps small parameters resident; the call count depends on the
+# implementation, the volume does not.
+
+# %%
+for stage in range(4):
+    t = comm.traffic(P13, stage, 8)
+    print(f"stage {stage}: {t.volume_in_params:.0f} Psi = " + " + ".join(f"{c.op} ({c.purpose})" for c in t.collectives))
+
+# %% [markdown]
+# ## Q08: gradient accumulation (1 point)
+#
+# With `gradient_accumulation_steps` = 4, how many times per optimizer step does each GPU reduce the full set of
+# gradients, under ZeRO-1 and under ZeRO-2? Set `Q08` to `{"zero1": ..., "zero2": ...}`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex8_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q08 = {f"zero{stage}": next(c.times for c in comm.traffic(P13, stage, 8, grad_accum=4).collectives
+                            if c.op == "reduce-scatter") for stage in (1, 2)}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex8_grad_accum", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+def reductions(stage, gas):
+    return sum(c.times for c in comm.traffic(PSI, stage, 8, grad_accum=gas).collectives if c.op == "reduce-scatter")
+
+
+assert isinstance(Q08, dict) and sorted(Q08) == ["zero1", "zero2"], 'Q08 should be {"zero1": ..., "zero2": ...}'
+assert Q08["zero1"] == reductions(1, 4), "Q08['zero1'] is not right: when does ZeRO-1 need the reduced gradients?"
+assert Q08["zero2"] == reductions(2, 4), "Q08['zero2'] is not right: ZeRO-2 keeps only its own gradient partition between micro-steps"
+### BEGIN HIDDEN TESTS
+assert plain(Q08, "Q08") == {"zero1": reductions(1, 4), "zero2": reductions(2, 4)}
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** ZeRO-1 keeps full gradients on every GPU, so it can sum the micro-steps locally and reduce once, at the
+# accumulation boundary. ZeRO-2 keeps only its partition of the gradients, so it must reduce-scatter on **every**
+# micro-step (DeepSpeed's engine: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as
+# well"). **A common claim**, "ZeRO-2 does one reduce-scatter per step", is wrong twice: it happens per micro-step,
+# and in buckets (next question). Per optimizer step the volume grows with the accumulation steps:
+
+# %%
+for stage in (1, 2, 3):
+    print(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Psi per optimizer step")
+
+# %% [markdown]
+# ## Q09: buckets (1 point)
+#
+# ZeRO-2 reduces gradients in buckets of `reduce_bucket_size` elements (default 5e8) as the backward pass produces
+# them. How many buckets does one backward pass of a 13B model fill? Set `Q09` to an int.
+
+# %% nbgrader={"grade": false, "grade_id": "ex9_buckets", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q09 = next(c.buckets for c in comm.traffic(P13, 2, 8).collectives if c.op == "reduce-scatter")
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex9_buckets", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+expected = next(c.buckets for c in comm.traffic(P13, 2, 8, reduce_bucket_size=comm.DEFAULT_BUCKET).collectives if c.op == "reduce-scatter")
+assert isinstance(Q09, int), "Q09 should be a whole number of buckets"
+assert Q09 == expected, "not right: the bucket size counts elements (parameters), not bytes"
+### BEGIN HIDDEN TESTS
+assert plain(Q09, "Q09") == expected
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** 13e9 gradient elements in buckets of 5e8 elements. Bucket sizes count elements, not bytes; each full
+# bucket is reduced while backward keeps producing the next (with `overlap_comm`). Smaller buckets mean more,
+# smaller calls and less buffer memory:
+
+# %%
+for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
+    t = comm.traffic(P13, 2, 8, reduce_bucket_size=bucket)
+    print(f"reduce_bucket_size={bucket:.0e}: {t.collectives[0].buckets} buckets per backward pass")
+
+# %% [markdown]
+# ## Q10: `overlap_comm` (1 point)
+#
+# Which is true of `zero_optimization.overlap_comm` in DeepSpeed 0.19.8?
+#
+# - A: on by default for every stage; it costs 4.5x `reduce_bucket_size` of extra memory
+# - B: off by default for stages 0 to 2 and on for stage 3; it costs a second bucket buffer
+# - C: off by default for every stage; it costs nothing
+# - D: on by default for stages 1 and 2 and off for stage 3; it makes communication faster
+#
+# Set `Q10` to a letter.
+
+# %% nbgrader={"grade": false, "grade_id": "ex10_overlap_comm", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q10 = "B"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex10_overlap_comm", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q10, str) and len(Q10.strip()) == 1 and Q10.strip().upper() in "ABCD", 'Q10 should be one letter, e.g. Q10 = "A"'
+assert Q10.strip().upper() != "A", "the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
+assert Q10.strip().upper() == "B", "not right: lesson 04 printed the defaults from DeepSpeed's own config class"
+### BEGIN HIDDEN TESTS
+assert plain(Q10, "Q10").strip().upper() == "B"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer: B.** A validator in `deepspeed/runtime/zero/config.py` sets `overlap_comm = (stage == 3)` when you leave it
+# out (the docs table still says `false`). Overlap does not make communication faster: it runs the reduction of one
+# bucket on a side stream while backward fills the next, which hides communication only as far as there is compute to
+# hide it behind. The price is a second reduce buffer, about `reduce_bucket_size` x 2 bytes. The "4.5x" figure
+# (9 GB at the default bucket size) comes from a 2020 multiplier removed in 2021 (commit cfa63f5). No DeepSpeed source
+# supports the popular "10-30 % faster" either; it depends on the ratio of communication to compute, as lesson 03's
+# model shows:
+
+# %%
+t = comm.traffic(P13, 2, 8)
+for compute_s in (0.5, 2.0, 8.0):
+    off, on = (comm.step_time(t, compute_s, link="ib-hdr", overlap_comm=flag) for flag in (False, True))
+    print(f"compute {compute_s:4} s: step {off.total_s:6.2f} s without overlap, {on.total_s:6.2f} s with it "
+          f"({1 - on.total_s / off.total_s:.0%} less)")
+
+# %% [markdown]
+# ## Q11: offload traffic over PCIe (2 points)
+#
+# ZeRO-2 with `offload_optimizer` on CPU, 13B parameters, 8 GPUs, fp16, no gradient accumulation. How many GB cross
+# each GPU's PCIe link per optimizer step, both directions together? Set `Q11` to a number of GB.
+
+# %% nbgrader={"grade": false, "grade_id": "ex11_offload_pcie", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+_t = comm.traffic(P13, 2, 8, offload_optimizer="cpu")
+Q11 = (_t.host_to_device_bytes + _t.device_to_host_bytes) / units.GB
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex11_offload_pcie", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+offloaded = comm.traffic(P13, 2, 8, offload_optimizer="cpu")
+expected = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
+assert isinstance(Q11, (int, float)), "Q11 should be a number of GB"
+assert not close(Q11, expected * 8), "that is the whole model; each GPU moves only its own partition"
+assert close(Q11, expected), "not right: which partition goes down to the host, which comes back up, at how many bytes per value?"
+### BEGIN HIDDEN TESTS
+assert abs(plain(Q11, "Q11") - expected) <= 0.01 * expected
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** Each GPU sends its fp16 gradient partition (Ψ/Nd values, 2 bytes each) to the host, CPU Adam updates the
+# fp32 master weights there, and the updated fp16 parameter partition comes back. With gradient accumulation the
+# gradient copy happens on every micro-step. At PCIe speeds this takes:
+
+# %%
+for link in ("pcie3", "pcie4"):
+    print(f"{link}: {units.format_bytes(offloaded.device_to_host_bytes, 'GB')} down "
+          f"{comm.transfer_time(offloaded.device_to_host_bytes, link):.2f} s, "
+          f"{units.format_bytes(offloaded.host_to_device_bytes, 'GB')} up {comm.transfer_time(offloaded.host_to_device_bytes, link):.2f} s")
+
+# %% [markdown]
+# The popular "offload makes training 2-5x slower" has no source behind it as a fixed factor: the cost depends on the
+# batch (more compute per step hides more), the CPU cores running Adam, the PCIe generation and pinning.
+
+# %% [markdown]
+# ## Q12: host RAM for offload (1 point)
+#
+# With the optimizer offloaded, the host holds the fp32 state DeepSpeed's CPU Adam works on: fp32 gradients, fp32
+# master weights, momentum and variance. For a 13B model, how many GB is that (on one node, before any buffers)?
+# Set `Q12` to a number of GB.
+
+# %% nbgrader={"grade": false, "grade_id": "ex12_host_ram", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+_host = memory.estimate(P13, 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
+Q12 = (_host["fp32_grads"] + _host["master_weights"] + _host["optimizer_states"]) / units.GB
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex12_host_ram", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+host = memory.estimate(P13, 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
+expected = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
+assert isinstance(Q12, (int, float)), "Q12 should be a number of GB"
+assert close(Q12, expected), "not right: four fp32 values per parameter"
+### BEGIN HIDDEN TESTS
+assert abs(plain(Q12, "Q12") - expected) <= 0.01 * expected
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** 4 + 4 + 4 + 4 bytes per parameter. That is the floor; DeepSpeed's estimator adds a buffer factor of
+# 1.5 and, for ZeRO-2, takes the larger of this and the load-time peak of every process building the fp32 model on the
+# CPU, which grows with the GPUs per node (DeepSpeed issue #5290). Offload's first failure is usually the host, not the
+# GPU: processes killed with exit code -9.
+
+# %%
+for gpus in (1, 8):
+    e = memory.estimate(P13, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
+    print(f"ZeRO-2 + CPU offload, {gpus} GPU(s) per node: DeepSpeed estimates {units.format_bytes(e.cpu_bytes, 'GiB')} of host RAM")
+
+# %% [markdown]
+# ## Q13: `pin_memory` (1 point)
+#
+# Which is true of `offload_optimizer.pin_memory` in DeepSpeed 0.19.8?
+#
+# - A: pinned memory is extra host memory on top of the offloaded state, so it doubles host RAM
+# - B: it page-locks the host buffers so GPU copies run asynchronously at full PCIe speed; it is on by default, and
+#   hosts with little RAM should turn it off
+# - C: it pins the GPU memory so that PyTorch cannot free it
+# - D: it is off by default and should always be turned on
+#
+# Set `Q13` to a letter.
+
+# %% nbgrader={"grade": false, "grade_id": "ex13_pin_memory", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q13 = "B"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex13_pin_memory", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q13, str) and len(Q13.strip()) == 1 and Q13.strip().upper() in "ABCD", 'Q13 should be one letter, e.g. Q13 = "A"'
+assert Q13.strip().upper() != "D", "that was true of older DeepSpeed versions; 0.19.8 changed the default"
+assert Q13.strip().upper() == "B", "not right: pinning is about host memory and how the GPU copies from it"
+### BEGIN HIDDEN TESTS
+assert plain(Q13, "Q13").strip().upper() == "B"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer: B.** Page-locked (pinned) memory cannot be swapped out, so the GPU can copy from it by DMA, asynchronously
+# and at full speed; pageable memory goes through a staging copy. It is not extra memory: the same buffers are
+# pinned. Since DeepSpeed PR #8207 the default is true (older tutorials say false). Because pinned pages cannot be
+# paged out, small hosts (free Colab, WSL2) run out of memory with it; there set `pin_memory: false`.
+
+# %% [markdown]
+# ## Q14: fp16 or bf16 (1 point)
+#
+# Which precision do you enable on a T4 (free Colab) and on an A100? Set `Q14` to `{"T4": ..., "A100": ...}` with
+# `"fp16"` or `"bf16"` as values.
+
+# %% nbgrader={"grade": false, "grade_id": "ex14_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q14 = {"T4": "fp16", "A100": "bf16"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex14_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q14, dict) and sorted(Q14) == ["A100", "T4"], 'Q14 should be {"T4": ..., "A100": ...}'
+assert Q14["T4"] == "fp16", "T4 is Turing (compute capability 7.5): it has no bf16 tensor cores"
+assert Q14["A100"] == "bf16", "A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
+### BEGIN HIDDEN TESTS
+assert plain(Q14, "Q14") == {"T4": "fp16", "A100": "bf16"}
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** bf16 keeps fp32's exponent range, so it needs no loss scaling; it is fast from Ampere (compute
+# capability 8.0) on. Older cards (T4, V100) train in fp16 with dynamic loss scaling. Both use 2 bytes, so memory is
+# the same. Enabling both is an error ("bfloat16 and fp16 modes cannot be simultaneously enabled").
+
+# %% [markdown]
+# ## Q15: batch arithmetic (1 point)
+#
+# 16 GPUs run tensor parallelism of degree 2 (so pairs of GPUs share one model replica). `train_batch_size` is 512 and
+# `train_micro_batch_size_per_gpu` is 4. What must `gradient_accumulation_steps` be? Set `Q15` to an int.
+
+# %% nbgrader={"grade": false, "grade_id": "ex15_batch", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q15 = 16
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex15_batch", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q15, int), "Q15 should be a whole number of steps"
+assert Q15 != 8, "the world size in the batch formula is the number of data-parallel replicas, not of GPUs"
+assert Q15 == 16, "not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
+### BEGIN HIDDEN TESTS
+assert plain(Q15, "Q15") == 16
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** DeepSpeed checks `train_batch_size == micro batch x gradient_accumulation_steps x world size`, where the
+# world size is the **data-parallel** size (the model-parallel unit's data-parallel group, or the GPUs divided by the
+# sequence-parallel degree). Here 16 GPUs in pairs make 8 replicas. When DeepSpeed derives a missing value it uses
+# floor division, so a global batch that does not divide fails its own check (lesson 04).
+
+# %% [markdown]
+# ## Q16: FSDP and ZeRO (1 point)
+#
+# PyTorch FSDP's sharding strategies roughly match ZeRO stages. Set `Q16` to
+# `{"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}` with the ZeRO stage (an int, 0 for plain data
+# parallelism) closest to each.
+
+# %% nbgrader={"grade": false, "grade_id": "ex16_fsdp", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q16 = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex16_fsdp", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q16, dict) and sorted(Q16) == ["FULL_SHARD", "NO_SHARD", "SHARD_GRAD_OP"], \
+    'Q16 should be {"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}'
+assert Q16["FULL_SHARD"] == 3, "FULL_SHARD shards parameters, gradients and optimizer states"
+assert Q16["SHARD_GRAD_OP"] == 2, "SHARD_GRAD_OP shards gradients and optimizer states"
+assert Q16["NO_SHARD"] == 0, "NO_SHARD all-reduces like DDP"
+### BEGIN HIDDEN TESTS
+assert plain(Q16, "Q16") == {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** `FULL_SHARD` ≈ ZeRO-3, `SHARD_GRAD_OP` ≈ ZeRO-2, `NO_SHARD` ≈ DDP (Hugging Face Accelerate's FSDP guide
+# gives this mapping). The match is loose: `SHARD_GRAD_OP` gathers the parameters before forward and frees them after
+# backward, while DeepSpeed's ZeRO-2 keeps the fp16 parameters whole all the time. `HYBRID_SHARD` (full sharding
+# within a node, replicas across nodes) is closest to ZeRO++'s hpZ. ZeRO-1 has no FSDP strategy; PyTorch's
+# `ZeroRedundancyOptimizer` is its counterpart. FSDP2's `fully_shard` replaces the enum with
+# `reshard_after_forward` (True ≈ `FULL_SHARD`, False ≈ `SHARD_GRAD_OP`).
+
+# %% [markdown]
+# ## Summary
+#
+# - 16 bytes per parameter: 2 fp16 parameters + 2 fp16 gradients + K = 12 (fp32 master weights, momentum, variance).
+# - Per GPU: ZeRO-1 divides the 12 by Nd, ZeRO-2 the 14, ZeRO-3 all 16; DeepSpeed's estimator adds 4 bytes of fp32
+#   gradients and prints GiB as "GB".
+# - Volume: 2Ψ for DDP, ZeRO-1 and ZeRO-2; 3Ψ for ZeRO-3. ZeRO-2 and -3 reduce on every micro-step, in buckets.
+# - `overlap_comm`: off for stages 0-2, on for stage 3 by default; costs a second bucket buffer, not 4.5x.
+# - Offload: the GPU keeps the fp16 parameters (ZeRO-2), the host keeps at least 16 bytes per parameter, and each
+#   step moves the gradient and parameter partitions over PCIe; `pin_memory` is on by default.
+# - fp16 before Ampere, bf16 from Ampere; batch = micro batch x accumulation x data-parallel replicas.
+# - FSDP: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD ≈ DDP.
