@@ -1,0 +1,108 @@
+"""Static matplotlib figures over zerolab.memory and zerolab.comm. Every number drawn comes from those functions.
+
+Each function returns a matplotlib Figure (no pyplot state, so nothing is drawn twice); ``show(fig)`` displays
+it as a PNG in a notebook, which works with any backend and in executed notebooks on GitHub.
+matplotlib is imported inside the functions, so importing zerolab stays light.
+"""
+from zerolab import comm, memory, units
+
+STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+COLORS = {"params": "#4C72B0", "grads": "#55A868", "master_weights": "#C44E52", "optimizer_states": "#8172B2",
+          "fp32_grads": "#CCB974", "gathered_layer": "#64B5CD", "buffer": "#BBBBBB", "model_load_fp32": "#DD8452"}
+
+
+def _figure(width=9, height=3.6, cols=1, rows=1, **options):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, **options)
+    return fig, [ax for row in axes for ax in row]
+
+
+def show(fig):
+    """Display a Figure as a PNG image in the current notebook output."""
+    import io
+
+    from IPython.display import Image, display
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    display(Image(data=buffer.getvalue(), format="png"))
+
+
+def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision="fp16", unit="GB"):
+    """Per-GPU model-state memory of each ZeRO stage, stacked by what it is made of, one panel per GPU count."""
+    params = units.parse_count(params)
+    fig, axes = _figure(width=3.2 * len(gpu_counts) + 1, cols=len(gpu_counts), sharey=True)
+    scale = {"GB": units.GB, "GiB": units.GiB}[unit]
+    seen = {}
+    for ax, gpus in zip(axes, gpu_counts):
+        for stage in memory.STAGES:
+            est = memory.estimate(params, stage, gpus_per_node=gpus, accounting=accounting, precision=precision)
+            bottom = 0.0
+            for part, nbytes in est.breakdown["gpu"].items():
+                seen[part] = ax.bar(STAGE_NAMES[stage], nbytes / scale, bottom=bottom, color=COLORS.get(part, "#999"))
+                bottom += nbytes / scale
+            ax.text(STAGE_NAMES[stage], bottom, units.format_bytes(est.gpu_bytes, unit), ha="center", va="bottom",
+                    fontsize=8)
+        ax.set_title(f"{gpus} GPU{'s' if gpus > 1 else ''}")
+        ax.margins(y=0.15)
+    axes[0].set_ylabel(f"model states per GPU ({unit})")
+    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=8)
+    fig.suptitle(f"{units.format_count(params)} parameters, {precision}, {accounting} accounting", fontsize=10)
+    return fig
+
+
+def offload_traffic(params, world_size=8, grad_accum=1, host_link="pcie4", precision="fp16"):
+    """ZeRO-2 without and with CPU optimizer offload: memory per GPU and per node, and what crosses PCIe per step."""
+    params = units.parse_count(params)
+    fig, (mem_ax, link_ax) = _figure(width=10, cols=2)
+    labels = ["ZeRO-2", "ZeRO-2 + CPU offload"]
+    estimates = [memory.estimate(params, 2, gpus_per_node=world_size, offload_optimizer=device, precision=precision)
+                 for device in ("none", "cpu")]
+    for offset, (place, attr) in enumerate((("GPU (per GPU)", "gpu_bytes"), ("host RAM (per node)", "cpu_bytes"))):
+        values = [getattr(est, attr) / units.GB for est in estimates]
+        bars = mem_ax.bar([i + offset * 0.4 for i in range(2)], values, width=0.4, label=place)
+        mem_ax.bar_label(bars, [units.format_bytes(getattr(est, attr)) for est in estimates], fontsize=8)
+    mem_ax.set_xticks([0.2, 1.2], labels)
+    mem_ax.set_ylabel("model states (GB)")
+    mem_ax.legend(fontsize=8)
+    mem_ax.margins(y=0.15)
+    t = comm.traffic(params, 2, world_size, grad_accum=grad_accum, precision=precision, offload_optimizer="cpu")
+    moves = {"GPU -> host\n(gradients)": t.device_to_host_bytes, "host -> GPU\n(parameters)": t.host_to_device_bytes}
+    bars = link_ax.bar(list(moves), [b / units.GB for b in moves.values()], color=["#C44E52", "#4C72B0"])
+    link_ax.bar_label(bars, [f"{units.format_bytes(b)}\n{comm.transfer_time(b, host_link):.2f} s at {host_link}"
+                             for b in moves.values()], fontsize=8)
+    link_ax.set_ylabel("bytes per GPU per step (GB)")
+    link_ax.set_title(f"PCIe traffic per optimizer step, grad_accum={grad_accum}", fontsize=10)
+    link_ax.margins(y=0.3)
+    fig.suptitle(f"{units.format_count(params)} parameters on {world_size} GPUs", fontsize=10)
+    return fig
+
+
+def overlap_timeline(params, stage=2, world_size=8, compute_s=1.0, grad_accum=1, link="nvlink3", host_link="pcie4",
+                     offload_optimizer="none"):
+    """One optimizer step without and with overlap_comm: compute, then the communication hidden behind it and exposed."""
+    params = units.parse_count(params)
+    t = comm.traffic(params, stage, world_size, grad_accum=grad_accum, offload_optimizer=offload_optimizer)
+    fig, axes = _figure(width=10, height=3.2, rows=2, sharex=True)
+    forward_s = compute_s * (1 - comm.BACKWARD_SHARE)
+    for ax, overlap in zip(axes, (False, True)):
+        step = comm.step_time(t, compute_s, link=link, host_link=host_link, overlap_comm=overlap)
+        ax.broken_barh([(0, forward_s), (forward_s, compute_s - forward_s)], (1, 0.8),
+                       facecolors=["#4C72B0", "#55A868"])
+        ax.text(forward_s / 2, 1.4, "forward", ha="center", va="center", color="white", fontsize=8)
+        ax.text((forward_s + compute_s) / 2, 1.4, "backward", ha="center", va="center", color="white", fontsize=8)
+        if step.hidden_s > 0:
+            ax.broken_barh([(compute_s - step.hidden_s, step.hidden_s)], (0, 0.8), facecolors="#8172B2")
+            ax.text(compute_s - step.hidden_s / 2, 0.4, "hidden", ha="center", va="center", color="white", fontsize=8)
+        ax.broken_barh([(compute_s, step.exposed_s)], (0, 0.8), facecolors="#C44E52")
+        ax.text(compute_s + step.exposed_s / 2, 0.4, "exposed", ha="center", va="center", color="white", fontsize=8)
+        ax.set_yticks([0.4, 1.4], ["communication", "compute"])
+        ax.set_title(f"overlap_comm={overlap}: step {step.total_s:.2f} s "
+                     f"({step.exposed_s:.2f} s of {step.comm_s + step.host_s:.2f} s communication exposed)",
+                     fontsize=9, loc="left")
+    axes[-1].set_xlabel("seconds")
+    fig.suptitle(f"{STAGE_NAMES[stage]}, {units.format_count(params)} parameters, {world_size} GPUs, link {link}, "
+                 f"grad_accum={grad_accum}, compute {compute_s:g} s", fontsize=10)
+    return fig
