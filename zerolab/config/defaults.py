@@ -34,9 +34,10 @@ def default_of(path):
     found = model_field(path)
     if found:
         _, _, info = found
-        if info.default_factory is not None:
-            return info.default_factory()
-        return info.default
+        default = info.default_factory() if info.default_factory is not None else info.default
+        if isinstance(default, int) and not isinstance(default, bool):
+            return int(default)  # DeepSpeed's pp_int prints as "500,000,000"
+        return getattr(default, "value", default)  # enums (stage, device) as their JSON value
     if "." not in path:
         return _top_level_default(path)
     return None
