@@ -22,16 +22,17 @@
 # feedback; **hidden tests** run when your notebook is graded: they feed your answer to DeepSpeed's own config
 # classes, check that it is made of plain JSON values, and try more inputs.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import json
 
+import torch
 from deepspeed.runtime.config import DeepSpeedConfig
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
 
-from zerolab import memory, units
-from zerolab.checks import plain
+from zerolab import units
+from zerolab.config import check_config, config_effect
 
 # %% [markdown]
 # ## The fields of the skeleton
@@ -153,8 +154,15 @@ assert offload.get("device") == "cpu", 'zero_optimization.offload_optimizer.devi
 assert offload.get("pin_memory") is True, "zero_optimization.offload_optimizer.pin_memory is not True: pinned memory makes the GPU<->CPU copies asynchronous"
 print("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload with pinned memory.")
 ### BEGIN HIDDEN TESTS
+import copy
+from deepspeed.runtime.config import DeepSpeedConfig
+from zerolab.checks import plain
+from zerolab.config import check_config
+
 answer = plain(build_deepspeed_config())
 assert type(answer["zero_optimization"]["stage"]) is int, "zero_optimization.stage must be the integer 2"
+report = check_config(copy.deepcopy(answer), world_size=1)
+assert report.valid, f"the config doctor finds errors: {report.errors}"
 try:
     accepted = DeepSpeedConfig(copy.deepcopy(answer))
 except Exception as error:
@@ -184,10 +192,13 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # %%
 PARAMS = units.parse_count("13B")
 GPUS = 8
-for offload in ("none", "cpu"):
+config = build_deepspeed_config()
+without_offload = copy.deepcopy(config)
+del without_offload["zero_optimization"]["offload_optimizer"]
+for label, cfg in (("ZeRO-2", without_offload), ("ZeRO-2 + CPU optimizer offload", config)):
     for accounting in ("paper", "deepspeed"):
-        e = memory.estimate(PARAMS, 2, gpus_per_node=GPUS, offload_optimizer=offload, accounting=accounting)
-        print(f"ZeRO-2, offload_optimizer={offload:4}  {accounting:9}: GPU {units.format_bytes(e.gpu_bytes, 'GB'):>10} "
+        e = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS, accounting=accounting).memory
+        print(f"{label:31} {accounting:9}: GPU {units.format_bytes(e.gpu_bytes, 'GB'):>9} "
               f"({units.format_bytes(e.gpu_bytes, 'GiB')})   host per node {units.format_bytes(e.cpu_bytes, 'GB')}")
 
 # %% [markdown]
@@ -207,15 +218,23 @@ for offload in ("none", "cpu"):
 # **Buckets.** Another popular claim says `overlap_comm` "uses 4.5x the `reduce_bucket_size`", so 9 GB at the
 # default size. That multiplier was removed from DeepSpeed in 2021 (commit cfa63f5, "ZeRO stage 1 refresh"). In 0.19.8
 # ZeRO-2 keeps one reduce bucket of `reduce_bucket_size` elements for the contiguous gradients, and `overlap_comm`
-# adds a second so that one bucket can be reduced while the next fills:
+# adds a second so that one bucket can be reduced while the next fills. With the default size (DeepSpeed's
+# `reduce_bucket_size`) and fp16 elements (the size torch reports):
 
 # %%
-BUCKET_ELEMENTS = DeepSpeedZeroConfig(stage=2).reduce_bucket_size  # the 0.19.8 default
-FP16_BYTES = 2
-for overlap in (False, True):
-    buffers = 2 if overlap else 1
-    print(f"overlap_comm={overlap!s:5}: {buffers} x {BUCKET_ELEMENTS:.0e} elements x {FP16_BYTES} bytes = "
-          f"{units.format_bytes(buffers * BUCKET_ELEMENTS * FP16_BYTES, 'GB')}")
+bucket_elements = DeepSpeedZeroConfig(stage=2).reduce_bucket_size
+element_bytes = torch.empty(0, dtype=torch.float16).element_size()
+for buffers, overlap in ((1, False), (2, True)):
+    print(f"overlap_comm={overlap!s:5}: {buffers} bucket(s) of {bucket_elements:.0e} fp16 elements = "
+          f"{units.format_bytes(buffers * bucket_elements * element_bytes, 'GB')}")
+
+# %% [markdown]
+# One more thing the config doctor of lesson 05 notices: the batch numbers of the skeleton multiply out on **one**
+# GPU. Take the same config to 8 GPUs and DeepSpeed refuses it:
+
+# %%
+for finding in check_config(config, world_size=GPUS).errors:
+    print(finding)
 
 # %% [markdown]
 # ## Exercise 2: the batch arithmetic (2 points)
@@ -260,25 +279,20 @@ else:
     raise AssertionError("30 samples cannot be split into micro batches of 4: raise ValueError instead of rounding down")
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
-for tbs, mbs in [(32, 4), (48, 6), (7, 7), (64, 1), (30, 4), (10, 3), (100, 8)]:
+from zerolab.checks import plain
+from zerolab.config import check_config, read_settings
+
+cases = [(32, 4, 1), (48, 6, 1), (7, 7, 1), (30, 4, 1), (10, 3, 1), (256, 4, 8), (96, 2, 16), (128, 8, 16),
+         (100, 4, 8), (64, 8, 16), (24, 4, 4), (96, 3, 4)]
+for tbs, mbs, ws in cases:
+    batch = {"train_batch_size": tbs, "train_micro_batch_size_per_gpu": mbs}
+    expected = read_settings(batch, world_size=ws).grad_accum if check_config(batch, world_size=ws).valid else None
     try:
-        expected = DeepSpeedConfig({"train_batch_size": tbs, "train_micro_batch_size_per_gpu": mbs}).gradient_accumulation_steps
-    except AssertionError:
-        expected = None
-    try:
-        got = plain(gradient_accumulation_steps(tbs, mbs, 1))
+        got = plain(gradient_accumulation_steps(tbs, mbs, ws))
     except ValueError:
         got = None
-    assert got == expected and type(got) is type(expected), f"({tbs}, {mbs}, 1): DeepSpeed derives {expected}, you gave {got}"
-for tbs, mbs, ws, expected in [(256, 4, 8, 8), (96, 2, 16, 3), (128, 8, 16, 1)]:
-    assert plain(gradient_accumulation_steps(tbs, mbs, ws)) == expected, f"({tbs}, {mbs}, {ws}) should give {expected}"
-for tbs, mbs, ws in [(100, 4, 8), (64, 8, 16), (24, 4, 4)]:
-    try:
-        gradient_accumulation_steps(tbs, mbs, ws)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError(f"({tbs}, {mbs}, {ws}) does not divide evenly: raise ValueError")
+    assert got == expected and type(got) is type(expected), \
+        f"({tbs}, {mbs}, {ws}): DeepSpeed derives {expected} (None: it rejects the numbers), you gave {got}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -301,7 +315,7 @@ except AssertionError as error:
 # `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}` with exactly one of them enabled: bf16 from compute
 # capability 8.0 on, fp16 below. Hidden tests try more GPUs and pass your blocks to DeepSpeed.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "compute_capability", "locked": true, "schema_version": 3, "solution": false, "task": false}
 COMPUTE_CAPABILITY = {"T4": (7, 5), "V100": (7, 0), "A100": (8, 0), "RTX 3090": (8, 6), "H100": (9, 0)}
 
 
@@ -321,6 +335,10 @@ a100 = mixed_precision(COMPUTE_CAPABILITY["A100"])
 assert a100["bf16"]["enabled"] is True and a100["fp16"]["enabled"] is False, "A100 (8.0) runs bf16 natively: enable bf16, disable fp16"
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
+import copy
+from deepspeed.runtime.config import DeepSpeedConfig
+from zerolab.checks import plain
+
 for gpu, capability in [("V100", (7, 0)), ("T4", (7, 5)), ("A100", (8, 0)), ("RTX 3090", (8, 6)), ("H100", (9, 0)), ("P100", (6, 0))]:
     blocks = plain(mixed_precision(capability))
     assert sorted(blocks) == ["bf16", "fp16"], f"{gpu}: return exactly the keys 'fp16' and 'bf16'"
@@ -336,8 +354,6 @@ for gpu, capability in [("V100", (7, 0)), ("T4", (7, 5)), ("A100", (8, 0)), ("RT
 # On a machine with a GPU you can ask PyTorch directly:
 
 # %%
-import torch
-
 if torch.cuda.is_available():
     capability = torch.cuda.get_device_capability()
     print(torch.cuda.get_device_name(), capability, "->", mixed_precision(capability))
@@ -384,7 +400,15 @@ assert zero.get("offload_optimizer", {}).get("device") == "cpu", 'zero_optimizat
 assert base["zero_optimization"] == {"stage": 2, "overlap_comm": True}, "the input config was changed: work on a copy (copy.deepcopy)"
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
-for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, plain(build_deepspeed_config())):
+import copy
+from deepspeed.runtime.config import DeepSpeedConfig
+from zerolab.checks import plain
+
+seed_config = {"optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "fp16": {"enabled": True, "loss_scale": 0},
+               "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+                                     "offload_optimizer": {"device": "cpu", "pin_memory": False}},
+               "train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8}
+for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, seed_config):
     before = copy.deepcopy(given)
     result = plain(zero3_offload(given))
     assert given == before, "the input config was changed"
@@ -404,16 +428,14 @@ for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, plain(bu
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# What did that buy? The same 13B model on 8 GPUs, every stage with and without offload, in DeepSpeed's accounting
-# (the ZeRO-3 rows include the largest layer, gathered in full while it computes):
+# What did that buy? Both of your configs for the same 13B model on 8 GPUs, in DeepSpeed's accounting (the ZeRO-3
+# figure includes the largest layer, gathered in full while it computes):
 
 # %%
-for stage, offload_optimizer, offload_param in [(2, "none", "none"), (2, "cpu", "none"), (3, "none", "none"),
-                                                (3, "cpu", "none"), (3, "cpu", "cpu")]:
-    e = memory.estimate(PARAMS, stage, gpus_per_node=GPUS, offload_optimizer=offload_optimizer,
-                        offload_param=offload_param, accounting="deepspeed")
-    print(f"stage {stage}  optimizer->{offload_optimizer:4}  params->{offload_param:4}: "
-          f"GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}")
+for label, cfg in (("exercise 1: ZeRO-2, optimizer on CPU", build_deepspeed_config()),
+                   ("exercise 4: ZeRO-3, optimizer and parameters on CPU", zero3_offload(build_deepspeed_config()))):
+    e = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS, accounting="deepspeed").memory
+    print(f"{label:52}: GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}")
 
 # %% [markdown]
 # The GPU side shrinks to little more than one gathered layer; the host side carries everything else. Every
@@ -450,9 +472,10 @@ for stage, offload_optimizer, offload_param in [(2, "none", "none"), (2, "cpu", 
 # so on a host with little RAM it causes out-of-memory kills; 0.19.8 turns it on by default, so there you set it to
 # false.
 #
-# **A config has `train_batch_size: 30` and a micro batch of 4 on one GPU. What happens?**
-# DeepSpeed derives the accumulation steps as 30 // 4 = 7 and then fails its own check 30 != 4 x 7 x 1. Pick a
-# global batch that is a multiple of micro batch x data-parallel ranks.
+# **A config gives `train_batch_size` and the micro batch, and the first is not a multiple of the second times the
+# GPUs. What happens?**
+# DeepSpeed derives the accumulation steps by floor division and then fails its own check (the message printed in
+# exercise 2). Pick a global batch that is a multiple of micro batch x data-parallel ranks.
 #
 # **Why does ZeRO-2 + offload not fix every out-of-memory?**
 # It removes the optimizer state from the GPU, but the fp16 parameters stay whole on every GPU, activations stay, and
