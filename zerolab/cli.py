@@ -25,8 +25,7 @@ EPILOG = """examples:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        self.print_usage(sys.stderr)
-        raise UserError(message)
+        raise UserError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser():

@@ -85,8 +85,9 @@ def combinations(stage=None):
     """Every (stage, offload_optimizer, offload_param) that DeepSpeed 0.19.8 can train with.
 
     Optimizer offload needs stage >= 1; NVMe offload and parameter offload need stage 3 (ZeRO-Infinity):
-    below stage 3 DeepSpeed treats an NVMe optimizer offload as none (engine.zero_cpu_offload) and
-    never passes offload_param to the stage 1/2 optimizer.
+    below stage 3 DeepSpeed turns an NVMe optimizer offload into CPU offload (stage_1_and_2.py sets
+    cpu_offload for any device but none, so nvme_path is never used) and never passes offload_param
+    to the stage 1/2 optimizer.
     """
     stages = STAGES if stage is None else (stage,)
     rows = []
@@ -158,7 +159,8 @@ def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param
             raise ValueError("offload_param needs stage 3: below it DeepSpeed ignores the setting")
         if stage == 0:
             raise ValueError("offload_optimizer needs stage 1, 2 or 3: stage 0 has no ZeRO optimizer")
-        raise ValueError("NVMe offload needs stage 3 (ZeRO-Infinity): use device 'cpu' below stage 3")
+        raise ValueError("NVMe offload needs stage 3 (ZeRO-Infinity): below it DeepSpeed keeps the optimizer "
+                         "state in host RAM, as with device 'cpu'")
     if not buffer_factor > 0:
         raise ValueError(f"buffer_factor must be > 0, got {buffer_factor!r}")
 
