@@ -21,7 +21,7 @@
 #
 # Work it out on paper; you may also use `zerolab` (lessons 01 to 03), as in an interview you would use a whiteboard.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "drill_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from zerolab import comm, memory, units
 from zerolab.checks import plain
 
@@ -51,7 +51,10 @@ assert isinstance(Q01, (int, float)), "Q01 should be a number of bytes, e.g. Q01
 assert Q01 == memory.estimate(PSI, 0).gpu_bytes / PSI, \
     "not right: add up fp16 parameters, fp16 gradients and everything Adam keeps in fp32"
 ### BEGIN HIDDEN TESTS
-assert plain(Q01, "Q01") == memory.estimate(3 * PSI, 0, gpus_per_node=4).gpu_bytes / (3 * PSI)
+from zerolab import memory
+from zerolab.checks import plain
+
+assert plain(Q01, "Q01") == memory.estimate(3 * 10**9, 0, gpus_per_node=4).gpu_bytes / (3 * 10**9)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -83,6 +86,8 @@ Q02 = "B"
 assert isinstance(Q02, str) and Q02.strip().upper() in "ABCD" and len(Q02.strip()) == 1, 'Q02 should be one letter, e.g. Q02 = "A"'
 assert Q02.strip().upper() == "B", "not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks import plain
+
 assert plain(Q02, "Q02").strip().upper() == "B"
 ### END HIDDEN TESTS
 
@@ -115,7 +120,11 @@ assert not close(Q03, moments / 2), "that is one fp32 tensor of 13B values; Adam
 assert not close(Q03, moments * 1000), "that is MB, not GB"
 assert close(Q03, moments), "not right: how many fp32 tensors of 13B values does Adam keep, at how many bytes each?"
 ### BEGIN HIDDEN TESTS
-assert abs(plain(Q03, "Q03") - moments) <= 0.01 * moments
+from zerolab import memory, units
+from zerolab.checks import plain
+
+reference = memory.estimate(units.parse_count("13B"), 0).breakdown["gpu"]["optimizer_states"] / units.GB
+assert abs(plain(Q03, "Q03") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -150,9 +159,12 @@ for stage in (1, 2, 3):
     assert close(Q04[f"zero{stage}"], expected, 0.02), \
         f"Q04['zero{stage}'] is not right: which of the 2 + 2 + 12 bytes does ZeRO-{stage} divide by Nd?"
 ### BEGIN HIDDEN TESTS
+from zerolab import memory, units
+from zerolab.checks import plain
+
 answer = plain(Q04, "Q04")
 for stage in (1, 2, 3):
-    reference = memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB
+    reference = memory.estimate(units.parse_count("7.5B"), stage, gpus_per_node=64).gpu_bytes / units.GB
     assert abs(answer[f"zero{stage}"] - reference) <= 0.02 * reference
 ### END HIDDEN TESTS
 
@@ -182,7 +194,11 @@ assert isinstance(Q05, (int, float)), "Q05 should be a number of GB"
 assert not close(Q05, 36, 0.03), "36 GB is the popular wrong answer: it counts 6 bytes of partitioned state per parameter"
 assert close(Q05, expected), "not right: 2 bytes stay whole on every GPU, the other 14 are divided by 8"
 ### BEGIN HIDDEN TESTS
-assert abs(plain(Q05, "Q05") - expected) <= 0.01 * expected
+from zerolab import memory, units
+from zerolab.checks import plain
+
+reference = memory.estimate(units.parse_count("13B"), 2, gpus_per_node=8).gpu_bytes / units.GB
+assert abs(plain(Q05, "Q05") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -213,7 +229,11 @@ assert isinstance(Q06, (int, float)) and 0 < Q06 <= 1, "Q06 should be a fraction
 assert not close(Q06, 0.75, 0.02), "75 % is the popular wrong figure; what does ZeRO-1 partition, and what stays whole?"
 assert close(Q06, expected), "not right: keep 2 + 2 bytes whole and divide the 12 by Nd, then compare with 16"
 ### BEGIN HIDDEN TESTS
-assert abs(plain(Q06, "Q06") - expected) <= 0.01 * expected
+from zerolab import memory
+from zerolab.checks import plain
+
+reference = memory.estimate(10**9, 1, gpus_per_node=8).gpu_bytes / memory.estimate(10**9, 0, gpus_per_node=8).gpu_bytes
+assert abs(plain(Q06, "Q06") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -244,9 +264,12 @@ for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
     assert Q07[name] == comm.traffic(PSI, stage, 8).volume_in_params, \
         f"Q07['{name}'] is not right: count each all-reduce as a reduce-scatter plus an all-gather, each Ψ"
 ### BEGIN HIDDEN TESTS
+from zerolab import comm
+from zerolab.checks import plain
+
 answer = plain(Q07, "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
-    assert answer[name] == comm.traffic(3 * PSI, stage, 64).volume_in_params
+    assert answer[name] == comm.traffic(3 * 10**9, stage, 64).volume_in_params
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -284,7 +307,12 @@ assert isinstance(Q08, dict) and sorted(Q08) == ["zero1", "zero2"], 'Q08 should 
 assert Q08["zero1"] == reductions(1, 4), "Q08['zero1'] is not right: when does ZeRO-1 need the reduced gradients?"
 assert Q08["zero2"] == reductions(2, 4), "Q08['zero2'] is not right: ZeRO-2 keeps only its own gradient partition between micro-steps"
 ### BEGIN HIDDEN TESTS
-assert plain(Q08, "Q08") == {"zero1": reductions(1, 4), "zero2": reductions(2, 4)}
+from zerolab import comm
+from zerolab.checks import plain
+
+reference = {f"zero{stage}": sum(c.times for c in comm.traffic(10**9, stage, 8, grad_accum=4).collectives
+                                 if c.op == "reduce-scatter") for stage in (1, 2)}
+assert plain(Q08, "Q08") == reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -314,7 +342,11 @@ expected = next(c.buckets for c in comm.traffic(P13, 2, 8, reduce_bucket_size=co
 assert isinstance(Q09, int), "Q09 should be a whole number of buckets"
 assert Q09 == expected, "not right: the bucket size counts elements (parameters), not bytes"
 ### BEGIN HIDDEN TESTS
-assert plain(Q09, "Q09") == expected
+from zerolab import comm, units
+from zerolab.checks import plain
+
+reference = [c.buckets for c in comm.traffic(units.parse_count("13B"), 2, 8).collectives if c.op == "reduce-scatter"][0]
+assert plain(Q09, "Q09") == reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -349,6 +381,8 @@ assert isinstance(Q10, str) and len(Q10.strip()) == 1 and Q10.strip().upper() in
 assert Q10.strip().upper() != "A", "the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
 assert Q10.strip().upper() == "B", "not right: lesson 04 printed the defaults from DeepSpeed's own config class"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks import plain
+
 assert plain(Q10, "Q10").strip().upper() == "B"
 ### END HIDDEN TESTS
 
@@ -387,7 +421,12 @@ assert isinstance(Q11, (int, float)), "Q11 should be a number of GB"
 assert not close(Q11, expected * 8), "that is the whole model; each GPU moves only its own partition"
 assert close(Q11, expected), "not right: which partition goes down to the host, which comes back up, at how many bytes per value?"
 ### BEGIN HIDDEN TESTS
-assert abs(plain(Q11, "Q11") - expected) <= 0.01 * expected
+from zerolab import comm, units
+from zerolab.checks import plain
+
+offloaded = comm.traffic(units.parse_count("13B"), 2, 8, offload_optimizer="cpu")
+reference = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
+assert abs(plain(Q11, "Q11") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -424,7 +463,12 @@ expected = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states
 assert isinstance(Q12, (int, float)), "Q12 should be a number of GB"
 assert close(Q12, expected), "not right: four fp32 values per parameter"
 ### BEGIN HIDDEN TESTS
-assert abs(plain(Q12, "Q12") - expected) <= 0.01 * expected
+from zerolab import memory, units
+from zerolab.checks import plain
+
+host = memory.estimate(units.parse_count("13B"), 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
+reference = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
+assert abs(plain(Q12, "Q12") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -461,6 +505,8 @@ assert isinstance(Q13, str) and len(Q13.strip()) == 1 and Q13.strip().upper() in
 assert Q13.strip().upper() != "D", "that was true of older DeepSpeed versions; 0.19.8 changed the default"
 assert Q13.strip().upper() == "B", "not right: pinning is about host memory and how the GPU copies from it"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks import plain
+
 assert plain(Q13, "Q13").strip().upper() == "B"
 ### END HIDDEN TESTS
 
@@ -486,6 +532,8 @@ assert isinstance(Q14, dict) and sorted(Q14) == ["A100", "T4"], 'Q14 should be {
 assert Q14["T4"] == "fp16", "T4 is Turing (compute capability 7.5): it has no bf16 tensor cores"
 assert Q14["A100"] == "bf16", "A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks import plain
+
 assert plain(Q14, "Q14") == {"T4": "fp16", "A100": "bf16"}
 ### END HIDDEN TESTS
 
@@ -510,6 +558,8 @@ assert isinstance(Q15, int), "Q15 should be a whole number of steps"
 assert Q15 != 8, "the world size in the batch formula is the number of data-parallel replicas, not of GPUs"
 assert Q15 == 16, "not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks import plain
+
 assert plain(Q15, "Q15") == 16
 ### END HIDDEN TESTS
 
@@ -538,6 +588,8 @@ assert Q16["FULL_SHARD"] == 3, "FULL_SHARD shards parameters, gradients and opti
 assert Q16["SHARD_GRAD_OP"] == 2, "SHARD_GRAD_OP shards gradients and optimizer states"
 assert Q16["NO_SHARD"] == 0, "NO_SHARD all-reduces like DDP"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks import plain
+
 assert plain(Q16, "Q16") == {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
 ### END HIDDEN TESTS
 
