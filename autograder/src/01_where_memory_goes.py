@@ -1,0 +1,306 @@
+# %% [markdown]
+# # Lesson 01: Where the memory goes
+
+# %% [markdown]
+# ## Learning goals
+#
+# After this lesson you can:
+#
+# - list what mixed-precision Adam keeps for every parameter, and why it adds up to 16 bytes (the ZeRO paper's
+#   accounting, section 3.1);
+# - compute the per-GPU model-state memory of DDP, ZeRO-1, ZeRO-2 and ZeRO-3 for any model size and GPU count;
+# - say what fraction of the DDP memory each stage keeps, and why that fraction depends on the GPU count;
+# - read DeepSpeed's own estimator and explain why it counts more bytes than the paper.
+#
+# Every number in this notebook is computed by the `zerolab` package (`zerolab.memory`), which the course's
+# tests check against the ZeRO paper and against DeepSpeed's estimator functions.
+
+# %%
+from zerolab import memory, units
+from zerolab.units import GB, GiB
+
+P13B = units.parse_count("13B")
+
+# %% [markdown]
+# ## 1. Model states: what training keeps per parameter
+#
+# Training with mixed precision and Adam keeps, for every parameter:
+#
+# - the 16-bit parameters used in forward and backward;
+# - the 16-bit gradients produced by backward;
+# - the optimizer states, which the paper writes as K bytes per parameter: an fp32 *master copy* of the
+#   weights, plus Adam's momentum and variance, also fp32.
+#
+# These are the **model states**. Activations, temporary buffers and fragmentation come on top (the paper's
+# "residual states"); this lesson is about model states only. `memory.estimate` breaks them down:
+
+# %%
+ddp = memory.estimate(P13B, stage=0)
+for part, nbytes in ddp.breakdown["gpu"].items():
+    print(f"{part:18s} {nbytes / P13B:4.0f} bytes/param  {units.format_bytes(nbytes)}")
+print(f"{'total':18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_bytes(ddp.gpu_bytes)}")
+
+# %% [markdown]
+# ### A common claim: "Adam optimizer states for a 13B model take 52GB"
+#
+# It is wrong. The 52 GB is one fp32 tensor of 13B values: the `master_weights` line above. Adam's momentum and
+# variance are two such tensors (`optimizer_states` above), and with the master copy the optimizer holds K = 12
+# bytes per parameter:
+
+# %%
+adam_only = ddp.breakdown["gpu"]["optimizer_states"]
+with_master = adam_only + ddp.breakdown["gpu"]["master_weights"]
+print("Adam momentum + variance:     ", units.format_bytes(adam_only), "=", units.format_bytes(adam_only, "GiB"))
+print("+ fp32 master weights (K=12): ", units.format_bytes(with_master), "=", units.format_bytes(with_master, "GiB"))
+print("all model states:             ", units.format_bytes(ddp.gpu_bytes))
+
+# %% [markdown]
+# ### Exercise 1: the bytes of each model state
+#
+# Write `model_state_bytes(params)`: the bytes that plain data parallelism (DDP, ZeRO stage 0) keeps **on each
+# GPU** for a model of `params` parameters trained in fp16 with Adam, as a dict with the keys `"params"`,
+# `"grads"`, `"master_weights"` and `"optimizer_states"` (momentum + variance), each an `int`.
+# The cell after it checks your function; hidden tests check it on other model sizes.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_model_state_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def model_state_bytes(params):
+    """Bytes per GPU of each model state under DDP with fp16 mixed-precision Adam."""
+    ### BEGIN SOLUTION
+    return {"params": 2 * params, "grads": 2 * params, "master_weights": 4 * params, "optimizer_states": 8 * params}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_model_state_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+answer = model_state_bytes(1000)
+assert isinstance(answer, dict), "return a dict with one entry per model state"
+assert set(answer) == {"params", "grads", "master_weights", "optimizer_states"}, \
+    f"the keys should be params, grads, master_weights, optimizer_states; got {sorted(answer)}"
+assert answer["params"] == answer["grads"], "fp16 parameters and fp16 gradients take the same bytes"
+assert answer["optimizer_states"] == 2 * answer["master_weights"], \
+    "momentum and variance are two fp32 tensors; the master copy is one"
+assert sum(answer.values()) == memory.estimate(1000, 0).gpu_bytes, \
+    "the four states together should match the total printed above (per parameter)"
+### BEGIN HIDDEN TESTS
+from zerolab import memory as _memory
+from zerolab.checks import plain as _plain
+
+for _params in (1, 7, 123_456_789, 175_000_000_000):
+    _got = _plain(model_state_bytes(_params), "model_state_bytes(...)")
+    assert _got == _memory.estimate(_params, 0).breakdown["gpu"], f"wrong for {_params} parameters"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. ZeRO: partition the states instead of copying them
+#
+# DDP keeps all of these on every GPU: N GPUs hold N identical copies. ZeRO (Zero Redundancy Optimizer)
+# splits them into N partitions, each GPU owning one:
+#
+# | stage | partitioned over the N GPUs | still copied on every GPU |
+# |---|---|---|
+# | ZeRO-1 | optimizer states (master weights, momentum, variance) | 16-bit parameters and gradients |
+# | ZeRO-2 | + gradients | 16-bit parameters |
+# | ZeRO-3 | + parameters | nothing |
+#
+# Move the sliders: the model size, the number of GPUs and the accounting (the paper's, or DeepSpeed's
+# estimator, section 4). Where widgets cannot render you see the static figure for 1, 8 and 64 GPUs.
+
+# %%
+from zerolab import widgets
+
+widgets.memory_explorer(params="13B", gpus=8)
+
+# %% [markdown]
+# ### A common claim: "ZeRO-2 per GPU = 26GB + 78GB/8 ≈ 36GB" (13B model, 8 GPUs)
+#
+# The 26 GB (the fp16 parameters, which ZeRO-2 keeps whole) is right. The 78 GB would be 6 bytes per parameter,
+# which matches no accounting: what ZeRO-2 partitions is the gradients plus the K = 12 bytes of optimizer state.
+# The paper's figure and DeepSpeed's estimator both give much more:
+
+# %%
+paper = memory.estimate(P13B, 2, gpus_per_node=8)
+deepspeed_view = memory.estimate(P13B, 2, gpus_per_node=8, accounting="deepspeed")
+print("paper, per GPU:              ", units.format_bytes(paper.gpu_bytes))
+print("DeepSpeed estimator, per GPU:", units.format_bytes(deepspeed_view.gpu_bytes, "GiB"))
+
+# %% [markdown]
+# ### Exercise 2: per-GPU bytes for any stage
+#
+# Write `per_gpu_bytes(params, stage, gpus)`: the model-state bytes each GPU holds with ZeRO `stage` (0 = DDP)
+# on `gpus` GPUs, with the paper's accounting (fp16 mixed-precision Adam). Return a number (int or float).
+# Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_per_gpu_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def per_gpu_bytes(params, stage, gpus):
+    """Model-state bytes per GPU with ZeRO `stage` on `gpus` GPUs (paper accounting, fp16 Adam)."""
+    ### BEGIN SOLUTION
+    fp16_params, fp16_grads, optimizer = 2 * params, 2 * params, 12 * params
+    if stage >= 1:
+        optimizer /= gpus
+    if stage >= 2:
+        fp16_grads /= gpus
+    if stage >= 3:
+        fp16_params /= gpus
+    return fp16_params + fp16_grads + optimizer
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex2_per_gpu_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+import math
+
+assert per_gpu_bytes(1000, 0, 8) == per_gpu_bytes(1000, 0, 1), "DDP copies everything: the GPU count does not matter"
+for _stage in (1, 2, 3):
+    assert math.isclose(per_gpu_bytes(1000, _stage, 1), per_gpu_bytes(1000, 0, 1)), \
+        f"on one GPU there is nothing to partition: stage {_stage} should equal DDP"
+    assert per_gpu_bytes(1000, _stage, 8) < per_gpu_bytes(1000, _stage - 1, 8), \
+        f"stage {_stage} partitions more than stage {_stage - 1}, so it should need less per GPU"
+assert math.isclose(per_gpu_bytes(1000, 3, 8), per_gpu_bytes(1000, 0, 8) / 8), "ZeRO-3 splits everything over the GPUs"
+assert math.isclose(per_gpu_bytes(P13B, 2, 8), paper.gpu_bytes), "13B, ZeRO-2, 8 GPUs should match the paper figure above"
+### BEGIN HIDDEN TESTS
+from zerolab import memory as _memory
+from zerolab.checks import plain as _plain
+
+for _params in (7_500_000_000, 1_000_000_001, 350_000_000):
+    for _stage in (0, 1, 2, 3):
+        for _gpus in (1, 3, 64, 1024):
+            _got = _plain(per_gpu_bytes(_params, _stage, _gpus), "per_gpu_bytes(...)")
+            _want = _memory.estimate(_params, _stage, gpus_per_node=_gpus).gpu_bytes
+            assert type(_got) in (int, float) and abs(_got - _want) <= 4, \
+                f"per_gpu_bytes({_params}, {_stage}, {_gpus}) is wrong"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. What fraction of DDP does each stage keep?
+#
+# ### A common claim: "ZeRO-1 keeps 75%, ZeRO-2 40%, ZeRO-3 15% of the memory"
+#
+# There is no fixed fraction: it depends on the number of GPUs. ZeRO-1 and ZeRO-2 still copy the fp16 parameters
+# (and ZeRO-1 the gradients) on every GPU, so their fraction approaches a floor as N grows; ZeRO-3 keeps 1/N.
+# The "75%" is ZeRO-1's *saving* in the limit, not what it keeps:
+
+# %%
+for gpus in (8, 64, 1024):
+    base = memory.estimate(P13B, 0, gpus_per_node=gpus).gpu_bytes
+    kept = [memory.estimate(P13B, s, gpus_per_node=gpus).gpu_bytes / base for s in (1, 2, 3)]
+    print(f"{gpus:5d} GPUs: ZeRO-1 {kept[0]:6.1%}   ZeRO-2 {kept[1]:6.1%}   ZeRO-3 {kept[2]:6.2%}")
+
+# %% [markdown]
+# ### Exercise 3: the fraction kept
+#
+# Write `fraction_kept(stage, gpus)`: per-GPU model-state memory with ZeRO `stage` divided by DDP's, as a float
+# between 0 and 1 (paper accounting; the model size cancels out). Hidden tests check it against `memory.estimate`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_fraction_kept", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fraction_kept(stage, gpus):
+    """Per-GPU model states with ZeRO `stage` on `gpus` GPUs, as a fraction of DDP's."""
+    ### BEGIN SOLUTION
+    return per_gpu_bytes(1.0, stage, gpus) / per_gpu_bytes(1.0, 0, gpus)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex3_fraction_kept", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert math.isclose(fraction_kept(0, 8), 1.0), "DDP keeps all of its own memory: fraction_kept(0, gpus) is 1"
+assert math.isclose(fraction_kept(3, 8), 1 / 8), "ZeRO-3 on 8 GPUs keeps one eighth"
+assert fraction_kept(1, 1024) > fraction_kept(2, 1024) > fraction_kept(3, 1024), "each stage keeps less than the one before"
+assert fraction_kept(1, 64) > 0.25, "ZeRO-1 still copies the fp16 parameters and gradients: it cannot go below a quarter"
+### BEGIN HIDDEN TESTS
+from zerolab import memory as _memory
+from zerolab.checks import plain as _plain
+
+for _stage in (0, 1, 2, 3):
+    for _gpus in (1, 2, 5, 16, 4096):
+        _got = _plain(fraction_kept(_stage, _gpus), "fraction_kept(...)")
+        _want = (_memory.estimate(10**12, _stage, gpus_per_node=_gpus).gpu_bytes
+                 / _memory.estimate(10**12, 0, gpus_per_node=_gpus).gpu_bytes)
+        assert type(_got) in (int, float) and math.isclose(_got, _want, rel_tol=1e-9), \
+            f"fraction_kept({_stage}, {_gpus}) is wrong"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. DeepSpeed's estimator counts differently
+#
+# DeepSpeed ships its own estimators (`estimate_zero2_model_states_mem_needs_all_cold` in
+# `deepspeed/runtime/zero/stage_1_and_2.py`, and a ZeRO-3 one in `stage3.py`). They differ from the paper in
+# three ways worth knowing in an interview:
+#
+# - they count an **fp32 copy of the gradients** in the partitioned part (their comment: "18 = 2_grads_16bit +
+#   4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit"), so 2 + 18 bytes instead of 2 + 2 + 12;
+# - they print "GB" but divide by 2**30: their GB is a GiB;
+# - ZeRO-3 adds the largest layer, gathered whole on each GPU, and the host figure counts the load-time peak of
+#   every process building the model in fp32.
+
+# %%
+for gpus in (1, 8, 64):
+    paper_bytes = memory.estimate(P13B, 2, gpus_per_node=gpus).gpu_bytes
+    ds_bytes = memory.estimate(P13B, 2, gpus_per_node=gpus, accounting="deepspeed").gpu_bytes
+    print(f"ZeRO-2, 13B, {gpus:3d} GPUs: paper {units.format_bytes(paper_bytes)}  "
+          f"DeepSpeed {units.format_bytes(ds_bytes, 'GiB')} (= {units.format_bytes(ds_bytes)})")
+
+# %% [markdown]
+# ### Exercise 4: DeepSpeed's ZeRO-2 figure
+#
+# Write `deepspeed_zero2_gib(params, gpus)`: the per-GPU figure DeepSpeed's ZeRO-2 estimator prints (no offload,
+# one node with `gpus` GPUs), in GiB, as a float. Hidden tests call DeepSpeed's own
+# `estimate_zero2_model_states_mem_needs` and compare.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_deepspeed_zero2_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def deepspeed_zero2_gib(params, gpus):
+    """Per-GPU model states of ZeRO-2 (no offload) as DeepSpeed's estimator counts them, in GiB."""
+    ### BEGIN SOLUTION
+    return (2 * params + int(18 * params / gpus)) / GiB
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex4_deepspeed_zero2_gib", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+assert deepspeed_zero2_gib(P13B, 8) > per_gpu_bytes(P13B, 2, 8) / GiB, \
+    "DeepSpeed counts more bytes than the paper (the fp32 gradient partition)"
+assert math.isclose(deepspeed_zero2_gib(P13B, 8), deepspeed_view.gpu_bytes / GiB, rel_tol=1e-9), \
+    "13B on 8 GPUs should match the DeepSpeed figure printed above; did you divide by 2**30?"
+### BEGIN HIDDEN TESTS
+import os as _os
+
+_os.environ.setdefault("DS_ACCELERATOR", "cpu")
+from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as _ds_zero2
+
+from zerolab.checks import plain as _plain
+
+for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
+    for _gpus in (1, 4, 16):
+        _cpu, _gpu = _ds_zero2(_params, num_gpus_per_node=_gpus, num_nodes=1, cpu_offload=False)
+        _got = _plain(deepspeed_zero2_gib(_params, _gpus), "deepspeed_zero2_gib(...)")
+        assert type(_got) in (int, float) and math.isclose(_got, _gpu / 2**30, rel_tol=1e-9), \
+            f"deepspeed_zero2_gib({_params}, {_gpus}) is wrong"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Summary
+#
+# - Mixed-precision Adam keeps 2 + 2 + K bytes per parameter, K = 12 (fp32 master weights, momentum, variance):
+#   16 bytes, of which the 16-bit parameters are only an eighth.
+# - ZeRO-1 partitions the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the parameters. Per-GPU memory
+#   falls with the GPU count towards a floor for ZeRO-1 and ZeRO-2 (the copies they keep), towards zero for ZeRO-3.
+# - "Fraction kept" is not a constant: compute it for the GPU count you have.
+# - DeepSpeed's estimator counts an extra fp32 gradient partition and reports GiB; the paper reports GB.
+# - Model states are not everything: activations, communication buckets and fragmentation come on top.
+#
+# ## Interview questions
+#
+# **Q: Why does a model in fp16 need far more memory to train than its fp16 weights?**
+# A: Training keeps fp16 gradients and the optimizer's states: with Adam an fp32 master copy, momentum and variance.
+# The paper's accounting is 2 + 2 + 12 bytes per parameter, eight times the fp16 weights alone.
+#
+# **Q: Adam's states for a 13B model are 52 GB, right?**
+# A: No. 52 GB is one fp32 tensor of 13B values. Momentum and variance are two, and the fp32 master weights a third;
+# compute it with `memory.estimate` (section 1).
+#
+# **Q: What does each ZeRO stage partition, and which stage would you pick when memory is tight but the network is
+# slow?**
+# A: Stage 1 the optimizer states, stage 2 also the gradients, stage 3 also the parameters. ZeRO-1 and ZeRO-2 move
+# the same volume per step as DDP; ZeRO-3 moves about 1.5 times as much (lesson 03), so prefer ZeRO-2 when it fits.
+#
+# **Q: Does ZeRO-1 cut memory by 75%?**
+# A: Only in the limit of many GPUs, and only the model states. On 8 GPUs it keeps much more than a quarter,
+# because the fp16 parameters and gradients are still copied on every GPU (section 3).
+#
+# **Q: Why does DeepSpeed's estimate differ from the paper's?**
+# A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
+# fp32 load peak on the host; and it prints GiB labelled "GB".
