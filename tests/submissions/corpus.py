@@ -1,0 +1,274 @@
+"""Broken and hostile submissions of lesson 01, each a small change to a correct notebook, with what grading
+must say about it. `write_course(root)` builds a test course with every case and some correct students.
+
+A correct submission scores FULL (9 points: ex1 2, ex2 3, ex3 2, ex4 2). Scores below are what honest grading
+gives: an exercise whose code never ran, or that cheats equality, earns nothing for its test.
+"""
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+LESSON = "01_where_memory_goes"
+FULL = 9
+EX1 = 2  # points of test_ex1_model_state_bytes
+CAPS = {"cell_timeout": 5, "notebook_timeout": 30, "memory_limit": "2GiB", "max_processes": 64}
+CORRECT = ("ok_alice", "ok_bob", "ok_carol", "ok_dave")
+
+
+@dataclass
+class Case:
+    name: str
+    change: callable  # change(notebook, folder) edits a correct notebook and/or writes files into the folder
+    status: str
+    score: float  # None: no score (failed, missing)
+    reason: str  # a substring of the reason column
+
+
+def cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def prepend(grade_id, code):
+    def change(nb, folder):
+        cell(nb, grade_id).source = code + "\n" + cell(nb, grade_id).source
+    return change
+
+
+def replace(grade_id, code):
+    def change(nb, folder):
+        cell(nb, grade_id).source = code
+    return change
+
+
+def append(code):
+    def change(nb, folder):
+        nb.cells.append(nbformat.v4.new_code_cell(code))
+    return change
+
+
+def both(*changes):
+    def change(nb, folder):
+        for one in changes:
+            one(nb, folder)
+    return change
+
+
+def meta(grade_id, **values):
+    def change(nb, folder):
+        cell(nb, grade_id).metadata["nbgrader"].update(values)
+    return change
+
+
+def drop(grade_id):
+    def change(nb, folder):
+        nb.cells.remove(cell(nb, grade_id))
+    return change
+
+
+def duplicate(grade_id, source=None):
+    def change(nb, folder):
+        original = cell(nb, grade_id)
+        copy = nbformat.from_dict(json.loads(json.dumps(original)))
+        copy.id = original.id + "-copy"
+        if source is not None:
+            copy.source = source
+        nb.cells.insert(nb.cells.index(original) + 1, copy)
+    return change
+
+
+def write_file(relative, text):
+    def change(nb, folder):
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(text)
+    return change
+
+
+WRONG_EX1 = 'def model_state_bytes(params):\n    return {"params": 1, "grads": 1, "master_weights": 1, "optimizer_states": 2}'
+RIGGED_DICT = '''class _Always(dict):
+    def __eq__(self, other):
+        return True
+    __hash__ = dict.__hash__
+
+def model_state_bytes(params):
+    return _Always(params=2 * params, grads=2 * params, master_weights=4 * params, optimizer_states=8 * params)'''
+INT_SUBCLASS = '''class _Loose(float):
+    def __eq__(self, other):
+        return True
+    __hash__ = float.__hash__
+
+def deepspeed_zero2_gib(params, gpus):
+    return _Loose(0.0)'''
+READ_SOLUTIONS = '''import glob
+for _path in ["../../../source/01_where_memory_goes/01_where_memory_goes.ipynb", "01_where_memory_goes.ipynb",
+              "/work/main/solutions/01_where_memory_goes.ipynb"] + glob.glob("/**/*.ipynb", recursive=True):
+    try:
+        _text = open(_path).read()
+        print("READ", _path, "BEGIN HIDDEN" in _text, "SOLUTION" in _text)
+    except OSError as _error:
+        print("blocked", _path, type(_error).__name__)'''
+WRITE_OTHERS = '''import glob, sqlite3
+for _path in glob.glob("../*/01_where_memory_goes/*.ipynb") + ["../ok_alice/01_where_memory_goes/01_where_memory_goes.ipynb"]:
+    try:
+        open(_path, "w").write("{}")
+        print("WROTE", _path)
+    except OSError as _error:
+        print("blocked", _path, type(_error).__name__)
+try:
+    _db = sqlite3.connect("../../../gradebook.db")
+    _db.execute("update grade set manual_score = 100")
+    _db.commit()
+    print("WROTE gradebook")
+except Exception as _error:
+    print("blocked gradebook", type(_error).__name__)'''
+NETWORK = '''import socket
+try:
+    socket.create_connection(("pypi.org", 443), timeout=3)
+    print("CONNECTED")
+except OSError as _error:
+    print("blocked network", _error)'''
+FORK_BOMB = '''import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass'''
+IGNORE_INTERRUPT = '''import time
+while True:
+    try:
+        time.sleep(10)
+    except KeyboardInterrupt:
+        pass'''
+PERMISSIVE_CHECKS = "def plain(value, name=None):\n    return value\n"
+
+CASES = [
+    Case("release_unchanged", lambda nb, folder: None, "graded", 0, ""),  # replaced below by the release itself
+    Case("loop_top", prepend("ex1_model_state_bytes", "while True:\n    pass"), "graded", FULL - EX1,
+         "per-cell cap"),
+    Case("loop_ignores_interrupt", prepend("ex1_model_state_bytes", IGNORE_INTERRUPT), "review", FULL - EX1,
+         "ignored the interrupt"),
+    Case("sys_exit", prepend("ex1_model_state_bytes", "import sys\nsys.exit()"), "graded", FULL - EX1, ""),
+    Case("os_exit", prepend("ex3_fraction_kept", "import os\nos._exit(1)"), "review", FULL - 2, "ended the kernel"),
+    Case("deleted_test_cell", drop("test_ex2_per_gpu_bytes"), "graded", FULL, ""),
+    Case("edited_test_cell", both(replace("test_ex1_model_state_bytes", "pass"),
+                                  replace("ex1_model_state_bytes", WRONG_EX1)), "graded", FULL - EX1, ""),
+    Case("edited_test_points", both(replace("test_ex1_model_state_bytes", "pass"),
+                                    replace("ex1_model_state_bytes", WRONG_EX1),
+                                    meta("test_ex1_model_state_bytes", points=100, checksum="0" * 32)),
+         "graded", FULL - EX1, "restored points"),
+    Case("stripped_test_metadata", both(lambda nb, f: cell(nb, "test_ex1_model_state_bytes").metadata.pop("nbgrader"),
+                                        replace("ex1_model_state_bytes", WRONG_EX1)), "graded", FULL - EX1, ""),
+    Case("test_cell_to_markdown", lambda nb, f: setattr(cell(nb, "test_ex2_per_gpu_bytes"), "cell_type", "markdown")
+         or cell(nb, "test_ex2_per_gpu_bytes").pop("outputs") and None, "graded", FULL, ""),
+    Case("flipped_solution_flag", meta("test_ex1_model_state_bytes", solution=True), "graded", FULL,
+         "restored solution"),
+    Case("flipped_grade_flag", meta("test_ex2_per_gpu_bytes", grade=False), "graded", FULL, "restored grade"),
+    Case("duplicated_test_cell", duplicate("test_ex2_per_gpu_bytes"), "graded", FULL, "copy of cell test_ex2"),
+    Case("duplicated_solution_cell", both(duplicate("ex1_model_state_bytes"),
+                                          replace("ex1_model_state_bytes", "raise NotImplementedError()")),
+         "graded", FULL, "copy of cell ex1"),
+    Case("rigged_eq_dict", replace("ex1_model_state_bytes", RIGGED_DICT), "graded", FULL - EX1, ""),
+    Case("rigged_float_subclass", replace("ex4_deepspeed_zero2_gib", INT_SUBCLASS), "graded", FULL - 2, ""),
+    Case("patched_builtins", prepend("ex1_model_state_bytes", "import builtins\nbuiltins.isinstance = lambda *a: True"),
+         "review", FULL, "builtins.isinstance"),
+    Case("patched_checks", both(prepend("ex1_model_state_bytes", "import zerolab.checks\n"
+                                        "zerolab.checks.plain = lambda value, name=None: value"),
+                                replace("ex1_model_state_bytes", "import zerolab.checks\n"
+                                        "zerolab.checks.plain = lambda value, name=None: value\n" + RIGGED_DICT)),
+         "review", None, "zerolab.checks.plain"),
+    Case("sys_modules", prepend("ex1_model_state_bytes", "import sys\nsys.modules['zerolab.checks'] = None"),
+         "review", None, "sys.modules"),
+    Case("shadowed_builtin", prepend("ex2_per_gpu_bytes", "len = lambda x: 4"), "review", FULL, "rebinds 'len'"),
+    Case("input_transformer", prepend("ex1_model_state_bytes",
+                                      "get_ipython().input_transformers_cleanup.append(lambda lines: [])"),
+         "review", None, "get_ipython"),
+    Case("shadow_module_file", both(write_file("zerolab/__init__.py", ""), write_file("zerolab/checks.py",
+                                                                                   PERMISSIVE_CHECKS),
+                                    replace("ex1_model_state_bytes", RIGGED_DICT)),
+         "review", FULL - EX1, "submitted Python code"),
+    Case("reads_solutions", append(READ_SOLUTIONS), "review", FULL, "outside its own folder"),
+    Case("writes_other_students", append(WRITE_OTHERS), "review", FULL, "outside its own folder"),
+    Case("network", append(NETWORK), "review", FULL, "network"),
+    Case("fork_bomb", append(FORK_BOMB), "review", FULL, "os.fork"),
+    Case("allocates_4gb", prepend("ex1_model_state_bytes", "_big = bytearray(4 * 2**30)"), "graded", FULL - EX1,
+         "out of memory"),
+    Case("prints_50mb_line", append('print("x" * 50_000_000)'), "graded", FULL, ""),
+    Case("notebook_too_long", both(*[append("import time\ntime.sleep(4)") for _ in range(9)]), "failed", None,
+         "per-notebook cap"),
+    Case("bad_kernelspec", lambda nb, f: nb.metadata.update(kernelspec={"name": "nonexistent-kernel",
+                                                                        "display_name": "x", "language": "python"}),
+         "graded", FULL, ""),
+]
+# Cases that are not a change to a notebook: the file itself is broken, renamed, old, or absent.
+FILE_CASES = {
+    "invalid_json": ("failed", None, "not a readable notebook"),
+    "renamed_notebook": ("review", FULL, "was named"),
+    "nbformat_4_4": ("graded", FULL, ""),
+    "folder_without_notebook": ("missing", None, "no notebook"),
+    "other_lesson_only": ("missing", None, "no folder"),
+}
+
+
+def correct_notebook(course):
+    """The release notebook with every solution cell taken from the instructor's source."""
+    release = nbformat.read(course / "release" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    for c in release.cells:
+        grade_id = c.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            c.source = answers[grade_id]
+    return release
+
+
+def write_submissions(course):
+    """Every case and the correct students under course/submitted/; returns {student: (status, score, reason)}."""
+    expected = {}
+    submitted = course / "submitted"
+    for name in CORRECT:
+        _save(correct_notebook(course), submitted / name / LESSON)
+        expected[name] = ("graded", FULL, "")
+    for case in CASES:
+        folder = submitted / case.name / LESSON
+        folder.mkdir(parents=True, exist_ok=True)
+        nb = correct_notebook(course)
+        if case.name == "release_unchanged":
+            nb = nbformat.read(course / "release" / LESSON / f"{LESSON}.ipynb", as_version=4)
+        case.change(nb, folder)
+        _save(nb, folder)
+        expected[case.name] = (case.status, case.score, case.reason)
+    good = correct_notebook(course)
+    (submitted / "invalid_json" / LESSON).mkdir(parents=True)
+    (submitted / "invalid_json" / LESSON / f"{LESSON}.ipynb").write_text("{this is not json")
+    (submitted / "renamed_notebook" / LESSON).mkdir(parents=True)
+    nbformat.write(good, submitted / "renamed_notebook" / LESSON / f"{LESSON}-Copy1.ipynb")
+    old = json.loads(nbformat.writes(good))
+    old["nbformat_minor"] = 4
+    for c in old["cells"]:
+        c.pop("id", None)
+    (submitted / "nbformat_4_4" / LESSON).mkdir(parents=True)
+    (submitted / "nbformat_4_4" / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(old))
+    (submitted / "folder_without_notebook" / LESSON).mkdir(parents=True)
+    (submitted / "folder_without_notebook" / LESSON / "notes.txt").write_text("forgot the notebook")
+    (submitted / "other_lesson_only" / "04_writing_the_config").mkdir(parents=True)
+    expected.update(FILE_CASES)
+    return expected
+
+
+def _save(nb, folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / f"{LESSON}.ipynb")
+
+
+def write_course(root, repository):
+    """A course folder like autograder/ with lesson 01 only and the small caps of CAPS."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(repository / "autograder" / "nbgrader_config.py", root / "nbgrader_config.py")
+    shutil.copytree(repository / "autograder" / "source" / LESSON, root / "source" / LESSON)
+    with open(root / "nbgrader_config.py", "a") as config:
+        config.write("\n# test caps, small so the hostile corpus runs in a few minutes\n")
+        for key, value in CAPS.items():
+            config.write(f"c.ZeroLab.{key} = {value!r}\n")

@@ -1,0 +1,205 @@
+"""zerolab grade: grade every submission of one lesson with nbgrader, safely, into grades.csv."""
+import json
+import queue
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from zerolab.errors import UserError
+
+HELP = "grade every submission of a lesson with nbgrader (instructors)"
+DESCRIPTION = """Grade every student's submission of LESSON with nbgrader, in a sandbox, and write grades.csv.
+
+Each submission in DIR/submitted/<student>/LESSON/ is first repaired in a staged copy (copy-pasted graded
+cells, edited cell flags, a renamed notebook, deleted test cells), then graded by nbgrader autograde; the
+gradebook DIR/gradebook.db stays the record, so `nbgrader export` and formgrader keep working.
+Student code runs in a bubblewrap sandbox as a grading-only user: no network, no view of the source
+notebooks, the gradebook or other students, with a memory cap, a per-cell and a per-notebook time limit
+(set them in DIR/nbgrader_config.py: c.ZeroLab.memory_limit, cell_timeout, notebook_timeout).
+
+DIR/grades.csv gets one row per student: student, lesson, score, max_score, status, reason, where status is
+  graded   scored by nbgrader
+  review   scored, but a human should look (the reason says what: a repaired notebook, suspicious code)
+  failed   could not be graded (the reason says why and what to do); the score is left empty, not 0
+  missing  nothing submitted
+"""
+
+
+def add_arguments(parser):
+    parser.add_argument("lesson", help="the lesson (nbgrader assignment) name, e.g. 04_writing_the_config")
+    parser.add_argument("--course", default="autograder", help="the nbgrader course folder (default: autograder)")
+    parser.add_argument("--jobs", type=int, default=1, help="students graded at a time (default 1)")
+    parser.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    parser.add_argument("--feedback", action="store_true",
+                        help="also write DIR/feedback/<student>/LESSON/*.html (hidden tests left out)")
+    parser.add_argument("--isolation", choices=("auto", "sandbox", "limits", "off"),
+                        help="override ZeroLab.isolation: sandbox (bubblewrap), limits (memory/time caps only), "
+                             "off (plain nbgrader); auto picks sandbox where it works")
+
+
+def run(args):
+    from zerolab.grading import report, sandbox
+    from zerolab.grading.coursedir import Course
+
+    course = Course(Path(args.course).resolve())
+    if not course.source_notebook(args.lesson).exists():
+        raise UserError(f"no source notebook {course.source_notebook(args.lesson)}; is --course the nbgrader "
+                        "course folder, and is the lesson built (python autograder/build.py)?")
+    if args.jobs < 1:
+        raise UserError("--jobs should be 1 or more")
+    limits = course.limits()
+    mode, weaker = _isolation(args.isolation or limits.isolation, sandbox)
+    _ensure_assignment(course, args.lesson)
+    students = course.students(args.lesson)
+    if args.student:
+        unknown = sorted(set(args.student) - set(students))
+        students = [name for name in students if name in set(args.student)] + unknown
+    print(f"zerolab grade {args.lesson}: {len(students)} students, {args.jobs} at a time; limits: {limits.describe()}")
+    print(f"isolation: {_describe(mode)}")
+    if weaker:
+        print(f"WARNING: {weaker}", file=sys.stderr)
+    started = time.perf_counter()
+    outcomes = _grade_all(course, args, mode, limits, students)
+    best = report.max_score(course, args.lesson)
+    for row in outcomes:
+        if row["max_score"] is None:
+            row["max_score"] = best
+        if weaker and row["status"] in ("graded", "review"):
+            row["reason"] = "; ".join(filter(None, [row["reason"], f"graded {_describe(mode)}"]))
+    report.write_csv(course.root / "grades.csv", outcomes, args.lesson)
+    counts = {status: sum(row["status"] == status for row in outcomes)
+              for status in ("graded", "review", "failed", "missing")}
+    print(f"done in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+          + f"; wrote {course.root / 'grades.csv'}")
+    return 1 if counts["failed"] else 0
+
+
+def _isolation(wanted, sandbox):
+    """(mode, warning or '')."""
+    if wanted in ("auto", "sandbox"):
+        works, why = sandbox.probe()
+        if works:
+            return "sandbox", ""
+        if wanted == "sandbox":
+            raise UserError(f"the sandbox is not available: {why}")
+        return "limits", (f"grading WITHOUT the sandbox: {why}. Student code can read the solutions and hidden "
+                          "tests and change the gradebook; only the memory and time caps apply.")
+    if wanted == "limits":
+        return "limits", ("grading WITHOUT the sandbox (isolation=limits): student code can read the solutions "
+                          "and change the gradebook; only the memory and time caps apply.")
+    return "off", ("grading with NO isolation and NO caps (isolation=off): plain nbgrader, for comparison only.")
+
+
+def _describe(mode):
+    return {"sandbox": "sandbox (bubblewrap: grading-only uid, no network, only its own folder, caps)",
+            "limits": "without sandbox, memory and time caps only",
+            "off": "without sandbox or caps (plain nbgrader)"}[mode]
+
+
+def _ensure_assignment(course, lesson):
+    """generate_assignment when the gradebook does not know the lesson yet (autograde needs it)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    known = False
+    if course.gradebook.exists():
+        with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
+            try:
+                gradebook.find_assignment(lesson)
+                known = bool(gradebook.find_assignment(lesson).notebooks)
+            except MissingEntry:
+                pass
+    if known and course.release_notebook(lesson).exists():
+        return
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    print(f"nbgrader generate_assignment {lesson} (the gradebook does not have it yet)")
+    config = course.load_config()
+    config.CourseDirectory.root = str(course.root)
+    result = NbGraderAPI(CourseDirectory(config=config), config=config).generate_assignment(lesson)
+    if not result["success"]:
+        from zerolab.grading.report import last_error_line
+        raise UserError(f"nbgrader generate_assignment {lesson} failed: {last_error_line(result)}")
+
+
+def _grade_all(course, args, mode, limits, students):
+    from zerolab.grading.worker import MAX_REPAIRS
+
+    todo = queue.Queue()
+    for student in students:
+        todo.put(student)
+    done, lock = [], threading.Lock()
+    patience = limits.notebook_timeout * (MAX_REPAIRS + 1) + 300  # a hung nbgrader, not a slow student
+    homes = [Path(tempfile.mkdtemp(prefix=f"zlg{slot}-")) for slot in range(args.jobs)]
+
+    def progress(row):
+        with lock:
+            done.append(row)
+            score = f"{row['score']:g}/{row['max_score']:g}" if row["score"] is not None else "-"
+            print(f"[{len(done):>3}/{len(students)}] {row['student']:<24} {row['status']:<8} {score:<9} "
+                  f"{row.get('seconds', 0):5.1f}s  {row['reason'][:150]}", flush=True)
+
+    def slot(number):
+        worker = None
+        while True:
+            try:
+                student = todo.get_nowait()
+            except queue.Empty:
+                break
+            if worker is None:
+                worker = _start_worker(course, args, mode, number, homes[number])
+            row = _ask(worker, student, patience)
+            if row is None:  # the worker died or hung: that student fails, the others go on
+                _stop(worker)
+                worker = None
+                row = {"student": student, "lesson": args.lesson, "score": None, "max_score": None,
+                       "status": "failed", "reason": f"the grading process stopped on this submission; see "
+                                                     f"{homes[number] / 'worker.log'} and grade it alone with --student"}
+            progress(row)
+        if worker is not None:
+            _stop(worker)
+
+    threads = [threading.Thread(target=slot, args=(number,)) for number in range(args.jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for home in homes:
+        if not any(row["status"] == "failed" and str(home) in row["reason"] for row in done):
+            shutil.rmtree(home, ignore_errors=True)
+    return done
+
+
+def _start_worker(course, args, mode, number, home):
+    worker = subprocess.Popen([sys.executable, "-I", "-m", "zerolab.grading.worker"], cwd=home,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    job = {"course": str(course.root), "lesson": args.lesson, "mode": mode, "feedback": args.feedback,
+           "slot": number, "home": str(home)}
+    worker.stdin.write(json.dumps(job) + "\n")
+    worker.stdin.flush()
+    return worker
+
+
+def _ask(worker, student, patience):
+    try:
+        worker.stdin.write(student + "\n")
+        worker.stdin.flush()
+    except BrokenPipeError:
+        return None
+    ready, _, _ = select.select([worker.stdout], [], [], patience)
+    line = worker.stdout.readline() if ready else ""
+    return json.loads(line) if line else None
+
+
+def _stop(worker):
+    try:
+        worker.stdin.close()
+        worker.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        worker.kill()
+        worker.wait()

@@ -1,0 +1,84 @@
+"""The kernel launcher nbgrader starts (through the zerolab-grading kernelspec) for every submission.
+
+    python -m zerolab.grading.kernel POLICY.json CONNECTION_FILE [ipykernel arguments...]
+
+It runs as the grading process's user, outside the sandbox: it applies the resource limits, starts
+ipykernel (inside bubblewrap in "sandbox" mode), kills it when the notebook runs past its deadline, and
+records what happened (exit status, deadline) in the worker's state file, which the student cannot reach.
+"""
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from zerolab.grading import sandbox
+
+
+def main(argv):
+    policy = json.loads(Path(argv[0]).read_text())
+    connection_file, extra = argv[1], argv[2:]
+    workdir = Path.cwd()
+    scratch = Path(tempfile.mkdtemp(prefix="kernel-", dir=policy["scratch_root"]))
+    shutil.copy(connection_file, scratch / "kernel.json")
+    if policy["mode"] == "sandbox":
+        uid = policy["uid"]
+        _give(workdir, uid)
+        _give(scratch, uid)
+        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "/tmp/kernel.json", *extra]
+        argv = sandbox.command(kernel, uid=uid, workdir=workdir, scratch=scratch, ipc_dir=policy["ipc_dir"],
+                               read_only=[Path(p) for p in policy["read_only"]])
+    else:
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(scratch / "kernel.json"), *extra]
+    child = subprocess.Popen(argv, preexec_fn=lambda: _limit(policy))
+    signal.signal(signal.SIGINT, lambda *_: None)  # nbclient interrupts the whole process group; the kernel handles it
+    signal.signal(signal.SIGTERM, lambda *_: child.kill())
+    try:
+        status = child.wait(timeout=policy["notebook_timeout"])
+        _record(policy, {"event": "exit", "status": status})
+    except subprocess.TimeoutExpired:
+        _record(policy, {"event": "notebook_timeout", "seconds": policy["notebook_timeout"]})
+        child.kill()
+        status = child.wait()
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0 if status == 0 else 1
+
+
+def _limit(policy):
+    """Runs in the child before exec: limits inherited by the kernel and everything it starts."""
+    # bubblewrap would die of the interrupt nbclient sends to the process group (and take the kernel with it);
+    # ipykernel installs its own SIGINT handler around each cell, so interrupts still reach the student's code.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    memory = policy["memory_limit"]
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (memory, memory))
+    cpu = policy["notebook_timeout"] + 5
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if policy["mode"] == "sandbox":  # counted per uid: only meaningful for the grading-only uid
+        resource.setrlimit(resource.RLIMIT_NPROC, (policy["max_processes"], policy["max_processes"]))
+
+
+def _give(path, uid):
+    """Hand a folder to the grading uid (the grading process takes it back afterwards: see worker.reclaim)."""
+    os.chown(path, uid, uid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, uid)
+
+
+def _record(policy, event):
+    event["time"] = time.time()
+    state = Path(policy["state_file"])
+    temporary = state.with_suffix(".tmp")
+    temporary.write_text(json.dumps(event))
+    os.replace(temporary, state)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
