@@ -39,6 +39,12 @@ def test_there_are_lessons():
     assert set(LESSONS) <= known, f"add {sorted(set(LESSONS) - known)} to zerolab/course.py LESSONS"
 
 
+def test_readme_lesson_map_is_fresh(fresh):
+    assert (ROOT / "README.md").read_text() == (fresh / "README.md").read_text(), f"README.md's lesson map: {REBUILD}"
+    for lesson in course.LESSONS:
+        assert course.colab_url(lesson.name) in (ROOT / "README.md").read_text()
+
+
 @pytest.mark.parametrize("name", LESSONS)
 def test_instructor_notebook_is_fresh(fresh, name):
     relative = Path("autograder", "source", name, f"{name}.ipynb")
