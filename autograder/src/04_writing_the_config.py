@@ -27,6 +27,9 @@ import copy
 import json
 
 import torch
+from zerolab.config.deepspeed_import import import_deepspeed
+
+import_deepspeed()  # DeepSpeed's start-up log stays off the output
 from deepspeed.runtime.config import DeepSpeedConfig
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
