@@ -58,6 +58,8 @@ def _cause(error):
     return f" (the error was {error['type']}: {_first_line(error['message'])})"
 
 
-def _first_line(message):
-    lines = [line for line in str(message).splitlines() if line.strip()]
-    return lines[0].strip() if lines else "no message"
+def _first_line(message, most=3):
+    """A message on one line: pydantic puts the field and the reason on the lines after the first."""
+    lines = [line.strip() for line in str(message).splitlines()
+             if line.strip() and not line.strip().startswith("For further information")]
+    return ": ".join(lines[:most]) if lines else "no message"

@@ -1,0 +1,77 @@
+"""Every way a run can end leaves no process behind: success is covered in test_run_measure; here failure,
+timeout, Ctrl-C, and the teardown helper itself."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from zerolab.run import RunFailed, RunTimeout, make_config, run
+from zerolab.run.launch import free_port, stop
+
+from test_run_measure import Watch, still_running
+
+
+def test_stop_kills_a_process_group_with_its_children():
+    process = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
+    time.sleep(0.3)
+    pids = {process.pid} | {child.pid for child in psutil.Process(process.pid).children(recursive=True)}
+    assert len(pids) == 3
+    stop([process], grace=1)
+    assert still_running(pids) == []
+
+
+def test_free_port_can_be_bound():
+    import socket
+
+    port = free_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_reported_and_every_rank_stops():
+    watch = Watch()
+    with pytest.raises(RunFailed) as failure:
+        run(make_config(2), ranks=2, steps=2, progress=watch, fail_rank=1, timeout=120)
+    assert failure.value.rank == 1
+    assert "rank 1 failed" in str(failure.value) and "injected failure" in str(failure.value)
+    assert "\n" not in str(failure.value)
+    assert len(watch.pids) >= 2 and still_running(watch.pids) == []
+
+
+@pytest.mark.slow
+def test_a_config_deepspeed_rejects_is_one_clear_message():
+    config = make_config(2)
+    config["zero_optimization"]["overlap_com"] = True  # typo of overlap_comm: DeepSpeed's pydantic model rejects it
+    watch = Watch()
+    with pytest.raises(RunFailed) as failure:
+        run(config, ranks=2, steps=2, progress=watch, timeout=120)
+    assert "overlap_com" in str(failure.value) and "Extra inputs are not permitted" in str(failure.value)
+    assert still_running(watch.pids) == []
+
+
+@pytest.mark.slow
+def test_a_timeout_stops_every_rank():
+    watch = Watch()
+    with pytest.raises(RunTimeout):
+        run(make_config(0), ranks=2, steps=100000, progress=watch, timeout=8)
+    assert len(watch.pids) >= 2 and still_running(watch.pids) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank():
+    command = [sys.executable, "-m", "zerolab", "run", "--stage", "2", "--steps", "100000"]
+    cli = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    pids, deadline = set(), time.monotonic() + 120
+    for line in cli.stderr:  # wait until training is under way
+        pids |= {child.pid for child in psutil.Process(cli.pid).children(recursive=True)}
+        if line.startswith("step 2/") or time.monotonic() > deadline:
+            break
+    assert len(pids) >= 2
+    cli.send_signal(signal.SIGINT)
+    assert cli.wait(timeout=30) == 130
+    assert still_running(pids) == []
