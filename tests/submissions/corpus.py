@@ -103,7 +103,8 @@ def deepspeed_zero2_gib(params, gpus):
     return _Loose(0.0)'''
 READ_SOLUTIONS = '''import glob
 for _path in ["../../../source/01_where_memory_goes/01_where_memory_goes.ipynb", "01_where_memory_goes.ipynb",
-              "/work/main/solutions/01_where_memory_goes.ipynb"] + glob.glob("/**/*.ipynb", recursive=True):
+              "/work/main/solutions/01_where_memory_goes.ipynb"] + glob.glob("/tmp/**/*.ipynb", recursive=True) + \
+             glob.glob("/work/**/*.ipynb", recursive=True) + glob.glob("/root/**/*.ipynb", recursive=True):
     try:
         _text = open(_path).read()
         print("READ", _path, "BEGIN HIDDEN" in _text, "SOLUTION" in _text)
@@ -171,16 +172,18 @@ CASES = [
          "graded", FULL, "copy of cell ex1"),
     Case("rigged_eq_dict", replace("ex1_model_state_bytes", RIGGED_DICT), "graded", FULL - EX1, ""),
     Case("rigged_float_subclass", replace("ex4_deepspeed_zero2_gib", INT_SUBCLASS), "graded", FULL - 2, ""),
-    Case("patched_builtins", prepend("ex1_model_state_bytes", "import builtins\nbuiltins.isinstance = lambda *a: True"),
-         "review", FULL, "builtins.isinstance"),
+    Case("patched_builtins", prepend("ex1_model_state_bytes", "import builtins\nbuiltins.abs = lambda x: 0"),
+         "review", FULL, "builtins.abs"),
+    # replaces the hidden tests' helper inside the kernel: flagged for review (the score is not trusted)
     Case("patched_checks", both(prepend("ex1_model_state_bytes", "import zerolab.checks\n"
                                         "zerolab.checks.plain = lambda value, name=None: value"),
                                 replace("ex1_model_state_bytes", "import zerolab.checks\n"
                                         "zerolab.checks.plain = lambda value, name=None: value\n" + RIGGED_DICT)),
          "review", None, "zerolab.checks.plain"),
     Case("sys_modules", prepend("ex1_model_state_bytes", "import sys\nsys.modules['zerolab.checks'] = None"),
-         "review", None, "sys.modules"),
+         "review", 0, "sys.modules"),  # every hidden test's import fails
     Case("shadowed_builtin", prepend("ex2_per_gpu_bytes", "len = lambda x: 4"), "review", FULL, "rebinds 'len'"),
+    # blanks every later cell, tests included: undeserved marks that only a human review can catch
     Case("input_transformer", prepend("ex1_model_state_bytes",
                                       "get_ipython().input_transformers_cleanup.append(lambda lines: [])"),
          "review", None, "get_ipython"),

@@ -102,7 +102,8 @@ def findings(notebook, release):
 
 
 def _test_names(release):
-    """Names the release's locked cells define or import (test helpers, the setup's names)."""
+    """Names the release's locked cells import or define with def/class (test helpers), and zerolab.checks'.
+    Plain variables a test assigns itself (answer = ...) are not protected: the test sets them before use."""
     import ast
 
     names = set()
@@ -113,7 +114,8 @@ def _test_names(release):
             except SyntaxError:
                 continue
             for node in ast.walk(tree):
-                names.update(scan._bound_names(node))
+                if isinstance(node, (ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+                    names.update(scan._bound_names(node))
     try:
         from zerolab import checks
         names.update(name for name in dir(checks) if not name.startswith("_"))

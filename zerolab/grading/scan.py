@@ -61,10 +61,8 @@ def scan_cell(source, helpers=()):
             if called in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in (
                     "builtins", "__builtins__", *imported, *helpers):
                 flag(node, f"calls {called} on {ast.unparse(node.args[0])}")
-            for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
-                path = _outside_path(argument)
-                if path:
-                    flag(node, f"uses the path {path!r}, outside its own folder")
+        elif _outside_path(node):
+            flag(node, f"uses the path {_outside_path(node)!r}, outside its own folder")
     return sorted(set(findings), key=lambda text: int(text.split()[1].rstrip(":")) if text.split()[1][0].isdigit() else 0)
 
 

@@ -1,0 +1,125 @@
+"""The hostile corpus (tests/submissions/corpus.py) graded in one batch with real nbgrader, in the sandbox,
+with --jobs 2: each broken or hostile submission gets its expected status, score and reason, and every
+correct submission in the same batch still gets full marks. Slow: a few minutes on 2 cores."""
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.submissions import corpus
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def zerolab_grade(*args):
+    return subprocess.run([sys.executable, "-m", "zerolab", "grade", corpus.LESSON, *args],
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if not (REPO / "autograder" / "source" / corpus.LESSON).exists():
+        pytest.fail(f"build the course first: python autograder/build.py --lesson {corpus.LESSON}")
+    course = tmp_path_factory.mktemp("grading") / "course"
+    corpus.write_course(course, REPO)
+    first = zerolab_grade("--course", str(course), "--student", "nobody")  # generate_assignment, nothing to grade
+    assert first.returncode == 0, first.stderr
+    expected = corpus.write_submissions(course)
+    before = {path: path.read_bytes() for path in (course / "submitted").rglob("*") if path.is_file()}
+    done = zerolab_grade("--course", str(course), "--jobs", "2")
+    with open(course / "grades.csv", newline="") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    return course, expected, rows, done, before
+
+
+def test_corpus_is_big_enough():
+    assert len(corpus.CASES) + len(corpus.FILE_CASES) >= 25
+
+
+def test_every_submission_gets_its_expected_status_score_and_reason(graded):
+    course, expected, rows, done, _ = graded
+    assert set(rows) == set(expected), done.stdout + done.stderr
+    wrong = []
+    for student, (status, score, reason) in sorted(expected.items()):
+        row = rows[student]
+        got_score = float(row["score"]) if row["score"] else None
+        if row["status"] != status or (score is not None and got_score != score) or reason not in row["reason"]:
+            wrong.append(f"{student}: expected {status} {score} {reason!r}, got {row['status']} {got_score} "
+                         f"{row['reason']!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_correct_students_in_the_same_batch_get_full_marks(graded):
+    _, _, rows, _, _ = graded
+    for student in corpus.CORRECT + ("nbformat_4_4", "deleted_test_cell", "duplicated_test_cell"):
+        assert (rows[student]["status"], rows[student]["score"]) == ("graded", str(corpus.FULL)), rows[student]
+    assert all(row["max_score"] == str(corpus.FULL) for row in rows.values())
+
+
+def test_failed_and_missing_have_no_score_and_the_exit_status_says_so(graded):
+    _, _, rows, done, _ = graded
+    for row in rows.values():
+        if row["status"] in ("failed", "missing"):
+            assert row["score"] == "", row
+    assert done.returncode == 1  # two submissions failed
+    assert "[ 39/39]" in done.stdout or f"/{len(rows)}]" in done.stdout
+
+
+def test_student_code_could_not_read_solutions_or_touch_others(graded):
+    course, _, rows, _, before = graded
+    reads = _outputs(course, "reads_solutions")
+    assert "blocked" in reads and "READ " not in reads  # the cell prints "READ <path>" for any file it could open
+    assert "BEGIN HIDDEN" not in reads and "### BEGIN SOLUTION" not in reads
+    writes = _outputs(course, "writes_other_students")
+    assert "WROTE" not in writes and "blocked gradebook" in writes
+    assert "CONNECTED" not in _outputs(course, "network")
+    after = {path: path.read_bytes() for path in (course / "submitted").rglob("*") if path.is_file()}
+    assert after == before, "grading changed a submitted file"
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        assert gradebook.find_submission(corpus.LESSON, "ok_alice").score == corpus.FULL
+
+
+def test_a_50mb_line_is_truncated_in_the_graded_notebook(graded):
+    course, _, _, _, _ = graded
+    assert (course / "autograded" / "prints_50mb_line" / corpus.LESSON / f"{corpus.LESSON}.ipynb").stat().st_size < 2e6
+
+
+def test_no_grading_process_is_left_behind(graded):
+    leftover = subprocess.run(["ps", "-eo", "uid=,args="], capture_output=True, text=True).stdout.splitlines()
+    assert not [line for line in leftover if line.strip().startswith("610")], leftover
+
+
+def test_feedback_shows_visible_tests_but_no_hidden_test_source(graded):
+    course = graded[0]
+    done = zerolab_grade("--course", str(course), "--student", "rigged_eq_dict", "--feedback")
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = (course / "feedback" / "rigged_eq_dict" / corpus.LESSON / f"{corpus.LESSON}.html").read_text()
+    source = nbformat.read(course / "source" / corpus.LESSON / f"{corpus.LESSON}.ipynb", as_version=4)
+    visible_line = "return a dict with one entry per model state"
+    assert visible_line in html
+    assert "_plain(" not in html and "175_000_000_000" not in html  # hidden test text, source or traceback
+    assert "should be plain Python data" in html  # the failure itself and the helper's advice are shown
+    hidden = [line.strip() for cell in source.cells for line in _hidden(cell.source) if len(line.strip()) > 12]
+    assert hidden and not [line for line in hidden if line in html]
+
+
+def _outputs(course, student):
+    nb = json.loads((course / "autograded" / student / corpus.LESSON / f"{corpus.LESSON}.ipynb").read_text())
+    return json.dumps([cell.get("outputs", []) for cell in nb["cells"]])
+
+
+def _hidden(source):
+    inside = False
+    for line in source.splitlines():
+        if "END HIDDEN TESTS" in line:
+            inside = False
+        if inside:
+            yield line
+        if "BEGIN HIDDEN TESTS" in line:
+            inside = True
