@@ -173,6 +173,20 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
     return Traffic(psi, stage, n, gas, collectives, round(h2d), round(d2h), round(nvme))
 
 
+def bucket_buffer_bytes(reduce_bucket_size=DEFAULT_BUCKET, precision="fp16", overlap_comm=False,
+                        contiguous_gradients=True):
+    """GPU bytes ZeRO-1/2 keeps for gradient buckets (DeepSpeed 0.19.8, stage_1_and_2.py setup_buckets).
+
+    With contiguous_gradients, one buffer of reduce_bucket_size elements in the gradient dtype; with overlap_comm,
+    a second one ("double buffers to avoid data access conflict"), so one bucket is reduced while the next fills.
+    The "4.5x reduce_bucket_size" figure still quoted in tutorials was removed from DeepSpeed in 2021.
+    """
+    if not contiguous_gradients:
+        return 0
+    element = 4 if precision == "fp32" else 2
+    return (2 if overlap_comm else 1) * int(reduce_bucket_size) * element
+
+
 def transfer_time(nbytes, link):
     """Seconds to move nbytes over a link (preset name, rate string or bytes/s)."""
     return nbytes / bandwidth(link)

@@ -27,14 +27,14 @@ import copy
 import json
 
 import torch
-from zerolab.config.deepspeed_import import import_deepspeed
+from zerolab.config import import_deepspeed
 
 import_deepspeed()  # DeepSpeed's start-up log stays off the output
 from deepspeed.runtime.config import DeepSpeedConfig
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
 
-from zerolab import units
+from zerolab import comm, units
 from zerolab.config import check_config, config_effect
 
 # %% [markdown]
@@ -226,10 +226,10 @@ for label, cfg in (("ZeRO-2", without_offload), ("ZeRO-2 + CPU optimizer offload
 
 # %%
 bucket_elements = DeepSpeedZeroConfig(stage=2).reduce_bucket_size
-element_bytes = torch.empty(0, dtype=torch.float16).element_size()
-for buffers, overlap in ((1, False), (2, True)):
-    print(f"overlap_comm={overlap!s:5}: {buffers} bucket(s) of {bucket_elements:.0e} fp16 elements = "
-          f"{units.format_bytes(buffers * bucket_elements * element_bytes, 'GB')}")
+for overlap in (False, True):
+    buffers = comm.bucket_buffer_bytes(bucket_elements, "fp16", overlap_comm=overlap)
+    print(f"overlap_comm={overlap!s:5}: {units.format_bytes(buffers, 'GB')} of gradient buckets "
+          f"(reduce_bucket_size = {bucket_elements:.0e} fp16 elements)")
 
 # %% [markdown]
 # One more thing the config doctor of lesson 05 notices: the batch numbers of the skeleton multiply out on **one**

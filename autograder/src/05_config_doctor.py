@@ -24,7 +24,7 @@
 import copy
 import json
 
-from zerolab.config.deepspeed_import import import_deepspeed
+from zerolab.config import import_deepspeed
 
 import_deepspeed()  # DeepSpeed's start-up log stays off the output
 from deepspeed.runtime.config import DeepSpeedConfig

@@ -23,6 +23,8 @@ Public API (everything a lesson or the CLI needs)::
     diff.changed                                  # [(path, value_in_a, value_in_b)], "<unset>" where absent
     diff.effect_a, diff.effect_b                  # the two Effects
 
+    import_deepspeed()                            # the deepspeed module, its start-up log kept off stdout
+
 Where the truth comes from:
 - validation runs DeepSpeed's own ``DeepSpeedConfig`` (and through it the pydantic ZeRO, offload, fp16 and bf16
   models) for the data-parallel world size you give (see zerolab/config/validate.py for how);
@@ -39,6 +41,7 @@ from zerolab.config.check import check_config
 from zerolab.config.explain import Explanation, explain_config
 from zerolab.config.effect import Effect, Settings, config_effect, read_settings
 from zerolab.config.compare import Comparison, compare_configs, changed_fields
+from zerolab.config.deepspeed_import import import_deepspeed
 
 __all__ = ["load_config", "check_config", "explain_config", "config_effect", "compare_configs", "read_settings",
-           "changed_fields", "Finding", "Report", "Explanation", "Effect", "Settings", "Comparison"]
+           "changed_fields", "import_deepspeed", "Finding", "Report", "Explanation", "Effect", "Settings", "Comparison"]
