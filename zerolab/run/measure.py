@@ -122,3 +122,12 @@ def peak_memory_bytes(device):
     if device == "cuda":
         return torch.cuda.max_memory_allocated()
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def current_memory_bytes(device):
+    """Memory in use now: allocated CUDA memory on a GPU, resident memory of this process on CPU."""
+    if device == "cuda":
+        return torch.cuda.memory_allocated()
+    import psutil
+
+    return psutil.Process().memory_info().rss

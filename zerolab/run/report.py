@@ -73,7 +73,9 @@ class RunResult:
                      f"above are {100 * states / max(peaks[0], 1):.1f}% of rank 0's peak"))
         return rows
 
-    def table(self):
+    def table(self, yours=None):
+        """The comparison as text; ``yours`` (component -> bytes, keys as in zerolab.memory: params, grads,
+        master_weights, optimizer_states) adds a column with your own prediction."""
         s = self.setup
         lines = [f"stage {s['stage']}, offload_optimizer={s['offload_optimizer']}, offload_param={s['offload_param']}, "
                  f"{s['precision']}, {s['ranks']} {s['device'].upper()} ranks, {s['params']:,} parameters, "
@@ -81,7 +83,9 @@ class RunResult:
                  f"loss {self.loss[0]:.3f} -> {self.loss[-1]:.3f}; step time {self.ranks[0]['step_time_s']:.3f} s "
                  f"(rank 0, median); prediction: zerolab.memory.estimate, paper accounting (fp32 gradients: "
                  f"DeepSpeed accounting)", ""]
-        header = ["component"] + [f"rank {rank['rank']}" for rank in self.ranks] + ["predicted", "diff", "note"]
+        header = (["component"] + (["yours"] if yours else []) + [f"rank {rank['rank']}" for rank in self.ranks]
+                  + ["predicted", "diff", "note"])
+        mine = {key: (yours or {}).get(name) for key, name in _PAPER_NAMES.items()}
         body, notes = [], []
         for key, measured, predicted, difference, text in self.rows():
             mark = ""
@@ -89,7 +93,8 @@ class RunResult:
                 notes.append(text)
                 mark = f"[{len(notes)}]"
             show = _megabytes if key == "peak_memory_bytes" else _bytes
-            body.append([LABELS[key]] + [show(value) for value in measured]
+            own = [] if not yours else ["-" if mine.get(key) is None else _bytes(mine[key])]
+            body.append([LABELS[key]] + own + [show(value) for value in measured]
                         + ["-" if predicted is None else _bytes(predicted), _percent(difference, predicted), mark])
         widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
         for row in [header] + body:

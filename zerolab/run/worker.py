@@ -72,6 +72,7 @@ def train(job, rank):
     model = TinyGPT(spec)
     emit(event="phase", rank=rank, phase="initialize")
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    memory_after_initialize = measure.current_memory_bytes(device)
     micro_batch = engine.train_micro_batch_size_per_gpu()
     accumulation = engine.gradient_accumulation_steps()
 
@@ -95,6 +96,7 @@ def train(job, rank):
         "rank": rank,
         **measure.model_state_bytes(engine, grad_bytes),
         "peak_memory_bytes": measure.peak_memory_bytes(device),
+        "memory_after_initialize_bytes": memory_after_initialize,
         # The first step pays for lazy allocations (Adam states, buckets); the median of the rest is the steady pace.
         "step_time_s": statistics.median(step_times[1:] or step_times),
         "loss": losses,

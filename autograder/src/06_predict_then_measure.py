@@ -1,0 +1,284 @@
+# %% [markdown]
+# # Lesson 06: Predict, then measure
+
+# %% [markdown]
+# ## Learning goals
+#
+# After this lesson you can:
+#
+# - predict, before running anything, how many bytes of parameters, gradients, fp32 master weights and Adam
+#   states each rank holds for ZeRO stages 0-3, with and without offload;
+# - run a real DeepSpeed ZeRO job on several ranks from a notebook (no `deepspeed` launcher) and read what each
+#   rank really holds from the engine's own tensors;
+# - explain every place where DeepSpeed 0.19.8 differs from the paper's accounting, and say whether it is a
+#   design choice or a surprise.
+#
+# The model is a tiny GPT (`zerolab.run.model.TinyGPT`), trained on synthetic tokens, so a run takes seconds on
+# CPU ranks. The bytes per parameter do not depend on the model size: what you predict here for a hundred
+# thousand parameters is what ZeRO does for 13 billion. Predictions come from lesson 01's rules
+# (`zerolab.memory.estimate`); measurements come from `zerolab.run`.
+
+# %%
+import os
+
+import torch
+
+from zerolab import memory
+from zerolab.run import ModelSpec, make_config, run_in_notebook
+from zerolab.run.model import TinyGPT, count_params
+
+RANKS = 2
+SPEC = ModelSpec()
+with torch.device("meta"):  # the shape only: no memory, no time
+    PARAMS = count_params(TinyGPT(SPEC))
+print(f"tiny GPT: {SPEC}; {PARAMS:,} parameters; {RANKS} ranks")
+
+# %% [markdown]
+# ## 1. Predict: the optimizer side
+#
+# On CPU ranks zerolab trains in **bf16** (DeepSpeed's CPU accelerator supports bf16 everywhere; fp16 only on
+# CPUs with oneDNN fp16 kernels). bf16 takes the same 2 bytes as fp16, so the paper's mixed-precision
+# accounting applies unchanged: Adam keeps an fp32 master copy of the weights plus two fp32 moments.
+#
+# ### Exercise 1: master weights and Adam states per rank
+#
+# Write `optimizer_bytes(params, stage, ranks)`: the bytes **one rank** holds of fp32 master weights and of Adam
+# states (momentum + variance) when `params` parameters are trained with ZeRO `stage` on `ranks` data-parallel
+# ranks. Return a dict `{"master_weights": int, "optimizer_states": int}`. The test cell checks the tiny model;
+# hidden tests check other sizes and rank counts.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_optimizer_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def optimizer_bytes(params, stage, ranks):
+    """Per-rank bytes of fp32 master weights and Adam states (bf16/fp16 mixed precision)."""
+    ### BEGIN SOLUTION
+    share = params if stage == 0 else params / ranks
+    return {"master_weights": round(4 * share), "optimizer_states": round(8 * share)}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_optimizer_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+_mine = optimizer_bytes(PARAMS, 0, RANKS)
+assert isinstance(_mine, dict) and set(_mine) == {"master_weights", "optimizer_states"}, \
+    "return a dict with the keys master_weights and optimizer_states"
+assert _mine["optimizer_states"] == 2 * _mine["master_weights"], \
+    "Adam keeps two fp32 moments (momentum and variance); the master copy is one fp32 tensor"
+assert _mine["master_weights"] == 4 * PARAMS, "stage 0 partitions nothing: each rank keeps a whole fp32 copy"
+for _stage in (1, 2, 3):
+    assert abs(optimizer_bytes(PARAMS, _stage, RANKS)["optimizer_states"] * RANKS - 8 * PARAMS) <= RANKS, \
+        f"stage {_stage} partitions the optimizer states over the ranks: each rank keeps 1/ranks of them"
+### BEGIN HIDDEN TESTS
+from zerolab import memory as _memory
+from zerolab.checks import plain as _plain
+
+for _params in (1_000_003, 7_000_000_000):
+    for _stage in (0, 1, 2, 3):
+        for _ranks in (1, 3, 8):
+            _expected = _memory.estimate(_params, _stage, gpus_per_node=_ranks, precision="bf16").breakdown["gpu"]
+            _got = _plain(optimizer_bytes(_params, _stage, _ranks), "optimizer_bytes(...)")
+            for _key in ("master_weights", "optimizer_states"):
+                assert abs(_got[_key] - _expected[_key]) <= 1, f"optimizer_bytes({_params}, {_stage}, {_ranks})[{_key!r}]"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. Predict: parameters and gradients
+#
+# ### Exercise 2: the training-precision side per rank
+#
+# Write `training_bytes(params, stage, ranks)`: the bytes one rank holds of bf16 parameters and of bf16
+# gradients, by the paper's accounting (P_os partitions the optimizer states, P_os+g also the gradients,
+# P_os+g+p also the parameters). Return `{"params": int, "grads": int}`. Hidden tests check other sizes.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_training_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def training_bytes(params, stage, ranks):
+    """Per-rank bytes of 16-bit parameters and gradients, by the ZeRO paper's accounting."""
+    ### BEGIN SOLUTION
+    return {"params": round(2 * params / (ranks if stage >= 3 else 1)),
+            "grads": round(2 * params / (ranks if stage >= 2 else 1))}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex2_training_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+_mine = training_bytes(PARAMS, 0, RANKS)
+assert isinstance(_mine, dict) and set(_mine) == {"params", "grads"}, "return a dict with the keys params and grads"
+assert _mine["params"] == _mine["grads"] == 2 * PARAMS, "at stage 0 every rank keeps all 16-bit params and grads"
+assert training_bytes(PARAMS, 1, RANKS)["grads"] == 2 * PARAMS, \
+    "stage 1 (P_os) partitions only the optimizer states: gradients stay whole in the paper's accounting"
+assert training_bytes(PARAMS, 2, RANKS)["params"] == 2 * PARAMS, "stage 2 keeps whole parameters on every rank"
+assert abs(training_bytes(PARAMS, 3, RANKS)["params"] * RANKS - 2 * PARAMS) <= RANKS, \
+    "stage 3 partitions the parameters too"
+### BEGIN HIDDEN TESTS
+from zerolab import memory as _memory
+from zerolab.checks import plain as _plain
+
+for _params in (999_999_937, 13_000_000_000):
+    for _stage in (0, 1, 2, 3):
+        for _ranks in (1, 4, 64):
+            _expected = _memory.estimate(_params, _stage, gpus_per_node=_ranks, precision="bf16").breakdown["gpu"]
+            _got = _plain(training_bytes(_params, _stage, _ranks), "training_bytes(...)")
+            for _key in ("params", "grads"):
+                assert abs(_got[_key] - _expected[_key]) <= 1, f"training_bytes({_params}, {_stage}, {_ranks})[{_key!r}]"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. Predict: what offload moves
+#
+# Offload does not shrink a rank's model states, it moves them. With `offload_optimizer` the master weights and
+# Adam states go to host memory (and from stage 2 on the gradient partition the CPU optimizer consumes, as
+# ZeRO-Offload does); with `offload_param` (stage 3 only) the parameter partition goes there too.
+#
+# ### Exercise 3: accelerator bytes and host bytes per rank
+#
+# Write `offload_split(params, stage, ranks, offload_optimizer, offload_param)`, the devices being `"none"` or
+# `"cpu"`: a dict `{"device": int, "host": int}` with the bytes one rank keeps on its accelerator and the bytes
+# it keeps in host memory (its share of the node's host RAM), by the paper's accounting. Reuse your two
+# functions. Hidden tests check other combinations.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_offload_split", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def offload_split(params, stage, ranks, offload_optimizer, offload_param):
+    """Per-rank bytes on the accelerator and in host memory."""
+    ### BEGIN SOLUTION
+    parts = {**optimizer_bytes(params, stage, ranks), **training_bytes(params, stage, ranks)}
+    on_host = set()
+    if offload_optimizer == "cpu":
+        on_host |= {"master_weights", "optimizer_states"} | ({"grads"} if stage >= 2 else set())
+    if offload_param == "cpu":
+        on_host.add("params")
+    return {"device": sum(v for k, v in parts.items() if k not in on_host),
+            "host": sum(v for k, v in parts.items() if k in on_host)}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex3_offload_split", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+_none = offload_split(PARAMS, 2, RANKS, "none", "none")
+assert isinstance(_none, dict) and set(_none) == {"device", "host"}, "return a dict with the keys device and host"
+assert _none["host"] == 0, "nothing is offloaded: the host keeps none of the model states"
+_cpu = offload_split(PARAMS, 2, RANKS, "cpu", "none")
+assert _cpu["device"] + _cpu["host"] == _none["device"], "offload moves bytes, it does not create or delete them"
+assert _cpu["device"] == 2 * PARAMS, "ZeRO-2 with optimizer offload keeps only the whole 16-bit parameters on the device"
+_both = offload_split(PARAMS, 3, RANKS, "cpu", "cpu")
+assert _both["device"] == 0, "stage 3 offloading both the optimizer and the parameters leaves no model states on the device"
+### BEGIN HIDDEN TESTS
+from zerolab import memory as _memory
+from zerolab.checks import plain as _plain
+
+for _params in (123_456_789, 70_000_000_000):
+    for _ranks in (1, 8):
+        for _stage, _opt, _par in _memory.combinations():
+            if "nvme" in (_opt, _par):
+                continue
+            _e = _memory.estimate(_params, _stage, gpus_per_node=_ranks, offload_optimizer=_opt, offload_param=_par,
+                                  precision="bf16")
+            _got = _plain(offload_split(_params, _stage, _ranks, _opt, _par), "offload_split(...)")
+            assert abs(_got["device"] - _e.gpu_bytes) <= 4, f"offload_split({_params}, {_stage}, {_ranks}, {_opt!r}, {_par!r})['device']"
+            assert abs(_got["host"] - _e.cpu_bytes / _ranks) <= 4, f"offload_split({_params}, {_stage}, {_ranks}, {_opt!r}, {_par!r})['host']"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 4. Measure
+#
+# `run_in_notebook` starts one process per rank (it sets `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`
+# itself and picks a free port, which is why no `deepspeed` launcher is needed), trains the tiny GPT with
+# `deepspeed.initialize` for a few steps, and reads from each rank's engine what it really holds. Every rank is
+# stopped at the end, also when one fails or you interrupt the kernel.
+#
+# The first run compiles DeepSpeed's shared-memory communication op, and the first run with optimizer offload
+# compiles its CPU Adam op: about a minute each on 2 cores, once (they are cached in `~/.cache/torch_extensions`).
+# The progress line says so. These cells skip themselves while nbgrader grades.
+
+# %%
+SETUPS = [(1, "none", "none"), (3, "none", "none"), (2, "cpu", "none")]  # add (3, "cpu", "cpu") and others
+results = {}
+if os.environ.get("NBGRADER_EXECUTION"):
+    print("Real runs are skipped while grading.")
+else:
+    for stage, offload_optimizer, offload_param in SETUPS:
+        config = make_config(stage, offload_optimizer, offload_param, precision="bf16")
+        results[stage, offload_optimizer, offload_param] = run_in_notebook(config, ranks=RANKS, steps=3)
+
+# %% [markdown]
+# Your predictions (column *yours*, from Exercises 1 and 2), zerolab's prediction, and what each rank measured.
+# The notes under each table say why a figure differs from the paper's accounting.
+
+# %%
+for (stage, offload_optimizer, offload_param), result in results.items():
+    yours = {**optimizer_bytes(PARAMS, stage, RANKS), **training_bytes(PARAMS, stage, RANKS)}
+    print(result.table(yours=yours), end="\n\n")
+
+# %%
+if results:
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 3.6), sharey=True)
+    for ax, result in zip(list(getattr(axes, "flat", [axes])), results.values()):
+        result.plot(ax=ax)
+    figure.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# ### What the measurement teaches
+#
+# - The optimizer side (master weights and Adam states) matches the paper to the byte: stage 1 and up divide it
+#   by the ranks, wherever it lives.
+# - **Stage 1 gradients.** The paper's P_os keeps whole gradients, but DeepSpeed runs stage 1 on stage 2's code:
+#   at every gradient-accumulation boundary it reduces the gradients and keeps only its partition. With
+#   `gradient_accumulation_steps: 1` every step is a boundary, so stage 1 looks like stage 2 here.
+# - **fp32 gradients.** DeepSpeed's estimator counts 4 more bytes per parameter than the paper: an fp32
+#   gradient partition. Without offload it exists only inside `step()`; with optimizer offload it is resident on
+#   the host, and there is no 16-bit gradient partition instead.
+# - **Peak memory** is the whole process: Python, torch, DeepSpeed, activations and buffers. For a tiny model the
+#   model states are a sliver of it; for a 13B model they are most of it. That is why lesson 01 predicts model
+#   states and why real jobs still need headroom.
+
+# %% [markdown]
+# ## 5. On a GPU (optional)
+#
+# On a machine with CUDA (Colab: *Runtime > Change runtime type > T4 GPU*) the next cell runs ZeRO-2 with CPU
+# optimizer offload in fp16 on one GPU, sized to fit a 16 GB T4, and compares the GPU memory DeepSpeed allocated
+# with the prediction for the GPU: only the 16-bit parameters stay there. Without CUDA it skips itself.
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print("GPU run skipped while grading.")
+elif not torch.cuda.is_available():
+    print("No CUDA GPU here: GPU run skipped.")
+else:
+    gpu_spec = ModelSpec(layers=4, width=512, heads=8, vocab=8192, seq_len=128)
+    gpu_result = run_in_notebook(make_config(2, "cpu", precision="fp16"), ranks=1, device="cuda", model=gpu_spec)
+    print(gpu_result.table())
+    gpu_predicted = memory.estimate(gpu_result.setup["params"], 2, offload_optimizer="cpu", precision="fp16")
+    print("predicted model states on the GPU:", f"{gpu_predicted.gpu_bytes:,} B")
+    print("torch.cuda.memory_allocated() after deepspeed.initialize:",
+          f"{gpu_result.ranks[0]['memory_after_initialize_bytes']:,} B")
+    print("torch.cuda.max_memory_allocated() over the run:", f"{gpu_result.ranks[0]['peak_memory_bytes']:,} B")
+
+# %% [markdown]
+# ## Summary
+#
+# - Per rank, mixed-precision Adam holds 2 + 2 bytes of parameters and gradients and 4 + 8 bytes of master
+#   weights and moments per parameter; ZeRO-1 divides the 12 by the ranks, ZeRO-2 also the gradients, ZeRO-3
+#   also the parameters. A real DeepSpeed engine holds exactly that on the optimizer side.
+# - Offload moves bytes from the accelerator to host memory; it does not remove them.
+# - DeepSpeed differs from the paper by design in a few places: stage 1 partitions gradients at each
+#   accumulation boundary, an fp32 gradient partition exists (inside `step()`, or resident under offload), and
+#   flat buffers are padded so partitions align.
+# - A notebook can run DeepSpeed without its launcher by setting the rank environment itself.
+#
+# ## Interview questions
+#
+# **Q: With ZeRO-2 on 8 GPUs, how many bytes per parameter of Adam state does each GPU hold?**
+# A: The 12 bytes of fp32 master weights, momentum and variance divided by 8, plus the 2-byte gradient partition
+# divided by 8, on top of the whole 2-byte parameters. Compute it with lesson 01's rules; a measured engine
+# agrees to the byte on the optimizer side.
+#
+# **Q: Your measured GPU memory is far above the model-state estimate. Is the estimate wrong?**
+# A: Not necessarily: the estimate covers model states only. Activations, communication buckets
+# (`reduce_bucket_size`, doubled under `overlap_comm`), the CUDA context and fragmentation come on top.
+#
+# **Q: DeepSpeed's estimator says 18 bytes per parameter are partitioned; the paper says 14. Who is right?**
+# A: Both, for what they count: DeepSpeed adds a 4-byte fp32 gradient partition. Without offload it is built
+# inside the optimizer step and freed; with offload it stays resident in host memory.
+#
+# **Q: How do you run DeepSpeed from a Jupyter notebook?**
+# A: Start the ranks yourself: set `MASTER_ADDR`, `MASTER_PORT` (a free port), `RANK`, `LOCAL_RANK` and
+# `WORLD_SIZE` for each process, start them as fresh processes (not a fork of a kernel that imported torch),
+# and make sure every rank is stopped when one fails or the cell is interrupted.
