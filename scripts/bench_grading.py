@@ -48,7 +48,7 @@ def grade(course, lesson, isolation, jobs):
     done = subprocess.run([sys.executable, "-m", "zerolab", "grade", lesson, "--course", str(course),
                            "--isolation", isolation, "--jobs", str(jobs)], capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    statuses = [line.split()[2] for line in done.stdout.splitlines() if line.startswith("[")]
+    statuses = [line.split("]", 1)[1].split()[1] for line in done.stdout.splitlines() if line.startswith("[")]
     if done.returncode != 0 or set(statuses) != {"graded"}:
         print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"grading {lesson} ({isolation}, --jobs {jobs}) did not grade everyone")
