@@ -15,12 +15,17 @@ def test_quickstart_has_two_commands_one_for_the_course_one_for_the_tests():
     course, tests = quickstart_commands()
     assert "jupyter lab lessons/" in course
     assert "pytest" in tests
-    assert "requirements.txt" in course and "requirements.txt" in tests
+    assert "scripts/setup.sh" in course and "scripts/setup.sh" in tests
 
 
 def test_ci_runs_the_readme_test_command():
     _, tests = quickstart_commands()
     assert tests in (ROOT / ".ci/run").read_text().splitlines()
+
+
+def test_setup_installs_the_requirements():
+    setup = (ROOT / "scripts/setup.sh").read_text()
+    assert "pip install -r requirements.txt" in setup and "bubblewrap" in setup
 
 
 def test_requirements_pin_the_cpu_torch_and_install_zerolab():
