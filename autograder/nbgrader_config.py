@@ -10,9 +10,16 @@ c.CourseDirectory.course_id = COURSE_ID
 
 # Grading runs every notebook in a fresh python3 kernel, whatever kernel the submission names.
 c.Execute.kernel_name = "python3"
-# Seconds per cell (nbgrader has no per-notebook limit). Lesson cells take seconds; real-run cells skip while
-# grading (NBGRADER_EXECUTION is set), so a cell that runs this long is a student's endless loop.
-c.Execute.timeout = 60
+# Seconds per cell for plain `nbgrader autograde`. Lesson cells take seconds; real-run cells skip while grading
+# (NBGRADER_EXECUTION is set), so a cell that runs this long is a student's endless loop.
+c.Execute.timeout = 120
+
+# Caps for `zerolab grade`, which runs each student's kernel in a sandbox (README, "Instructor guide").
+c.ZeroLab.memory_limit = "4GiB"  # address space of the student's kernel; a bigger allocation raises MemoryError
+c.ZeroLab.cell_timeout = 120  # seconds per cell: the cell is interrupted and grading goes on
+c.ZeroLab.notebook_timeout = 900  # seconds per notebook (nbgrader has no such cap): past it the submission fails
+c.ZeroLab.max_processes = 256  # processes and threads at once: a fork bomb stops here
+c.ZeroLab.isolation = "auto"  # auto | sandbox | limits | off
 
 # A student who deletes a test cell still gets it graded: nbgrader puts it back from the gradebook.
 c.OverwriteCells.add_missing_cells = True
