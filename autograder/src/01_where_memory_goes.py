@@ -15,7 +15,9 @@
 # Every number in this notebook is computed by the `zerolab` package (`zerolab.memory`), which the course's
 # tests check against the ZeRO paper and against DeepSpeed's estimator functions.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+
 from zerolab import memory, units
 from zerolab.units import GB, GiB
 
@@ -112,13 +114,19 @@ widgets.memory_explorer(params="13B", gpus=8)
 # %% [markdown]
 # ### A common claim: "ZeRO-2 per GPU = 26GB + 78GB/8 ≈ 36GB" (13B model, 8 GPUs)
 #
-# The 26 GB (the fp16 parameters, which ZeRO-2 keeps whole) is right. The 78 GB would be 6 bytes per parameter,
-# which matches no accounting: what ZeRO-2 partitions is the gradients plus the K = 12 bytes of optimizer state.
-# The paper's figure and DeepSpeed's estimator both give much more:
+# Its first term, the fp16 parameters that ZeRO-2 keeps whole, is right. Its second term is not: divide the claimed
+# 78 GB by the 13B parameters and you get a number of bytes per parameter that matches no accounting. What ZeRO-2
+# partitions is the fp16 gradients plus the K = 12 bytes of optimizer state. The paper's figure and DeepSpeed's
+# estimator both give much more:
 
 # %%
 paper = memory.estimate(P13B, 2, gpus_per_node=8)
 deepspeed_view = memory.estimate(P13B, 2, gpus_per_node=8, accounting="deepspeed")
+claimed_partitioned = 78 * GB  # the claim's second term
+partitioned = sum(nbytes for part, nbytes in memory.estimate(P13B, 0).breakdown["gpu"].items() if part != "params")
+print("fp16 parameters, whole on every GPU:", units.format_bytes(paper.breakdown["gpu"]["params"]))
+print("the claim partitions    ", claimed_partitioned / P13B, "bytes per parameter")
+print("the paper partitions    ", partitioned / P13B, "bytes per parameter")
 print("paper, per GPU:              ", units.format_bytes(paper.gpu_bytes))
 print("DeepSpeed estimator, per GPU:", units.format_bytes(deepspeed_view.gpu_bytes, "GiB"))
 
@@ -145,8 +153,6 @@ def per_gpu_bytes(params, stage, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_per_gpu_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-import math
-
 assert per_gpu_bytes(1000, 0, 8) == per_gpu_bytes(1000, 0, 1), "DDP copies everything: the GPU count does not matter"
 for _stage in (1, 2, 3):
     assert math.isclose(per_gpu_bytes(1000, _stage, 1), per_gpu_bytes(1000, 0, 1)), \
@@ -154,7 +160,10 @@ for _stage in (1, 2, 3):
     assert per_gpu_bytes(1000, _stage, 8) < per_gpu_bytes(1000, _stage - 1, 8), \
         f"stage {_stage} partitions more than stage {_stage - 1}, so it should need less per GPU"
 assert math.isclose(per_gpu_bytes(1000, 3, 8), per_gpu_bytes(1000, 0, 8) / 8), "ZeRO-3 splits everything over the GPUs"
-assert math.isclose(per_gpu_bytes(P13B, 2, 8), paper.gpu_bytes), "13B, ZeRO-2, 8 GPUs should match the paper figure above"
+assert not math.isclose(per_gpu_bytes(P13B, 2, 8), 2 * P13B + 78 * GB / 8), \
+    "that is the popular 26 GB + 78 GB / 8: ZeRO-2 partitions the fp16 gradients and all K = 12 optimizer bytes"
+assert math.isclose(per_gpu_bytes(P13B, 2, 8), paper.gpu_bytes), \
+    "13B, ZeRO-2, 8 GPUs should match the paper figure above: fp16 parameters whole, gradients and optimizer split"
 ### BEGIN HIDDEN TESTS
 from zerolab import memory as _memory
 from zerolab.checks import plain as _plain
@@ -193,7 +202,10 @@ for gpus in (8, 64, 1024):
 def fraction_kept(stage, gpus):
     """Per-GPU model states with ZeRO `stage` on `gpus` GPUs, as a fraction of DDP's."""
     ### BEGIN SOLUTION
-    return per_gpu_bytes(1.0, stage, gpus) / per_gpu_bytes(1.0, 0, gpus)
+    params, grads, optimizer = 2, 2, 12  # bytes per parameter: fp16 parameters, fp16 gradients, K
+    kept = (params / gpus if stage >= 3 else params) + (grads / gpus if stage >= 2 else grads) \
+        + (optimizer / gpus if stage >= 1 else optimizer)
+    return kept / (params + grads + optimizer)
     ### END SOLUTION
 
 
@@ -201,6 +213,8 @@ def fraction_kept(stage, gpus):
 assert math.isclose(fraction_kept(0, 8), 1.0), "DDP keeps all of its own memory: fraction_kept(0, gpus) is 1"
 assert math.isclose(fraction_kept(3, 8), 1 / 8), "ZeRO-3 on 8 GPUs keeps one eighth"
 assert fraction_kept(1, 1024) > fraction_kept(2, 1024) > fraction_kept(3, 1024), "each stage keeps less than the one before"
+assert not math.isclose(fraction_kept(1, 8), 0.75), \
+    "0.75 is the popular figure, but it is ZeRO-1's saving in the limit of many GPUs, not the fraction it keeps"
 assert fraction_kept(1, 64) > 0.25, "ZeRO-1 still copies the fp16 parameters and gradients: it cannot go below a quarter"
 ### BEGIN HIDDEN TESTS
 from zerolab import memory as _memory
@@ -251,7 +265,7 @@ def deepspeed_zero2_gib(params, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_deepspeed_zero2_gib", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-assert deepspeed_zero2_gib(P13B, 8) > per_gpu_bytes(P13B, 2, 8) / GiB, \
+assert deepspeed_zero2_gib(P13B, 8) > paper.gpu_bytes / GiB, \
     "DeepSpeed counts more bytes than the paper (the fp32 gradient partition)"
 assert math.isclose(deepspeed_zero2_gib(P13B, 8), deepspeed_view.gpu_bytes / GiB, rel_tol=1e-9), \
     "13B on 8 GPUs should match the DeepSpeed figure printed above; did you divide by 2**30?"
