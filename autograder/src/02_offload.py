@@ -13,7 +13,9 @@
 #
 # All numbers come from `zerolab.memory` and `zerolab.comm`.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+
 from zerolab import comm, memory, units
 from zerolab.units import GB, GiB
 
@@ -26,12 +28,17 @@ P13B = units.parse_count("13B")
 # fp32 state (master weights, momentum, variance) lives in host RAM, and from ZeRO-2 on the gradient partition
 # each GPU owns is copied to the host for the CPU optimizer to consume. The GPU keeps the 16-bit parameters for
 # forward and backward. NVMe offload (ZeRO-Infinity) needs stage 3; `offload_param` too.
+#
+# Below, for a 13B model on 8 GPUs: the totals, then what each part is and where it lives (paper accounting).
 
 # %%
 for device in ("none", "cpu"):
     est = memory.estimate(P13B, 2, gpus_per_node=8, offload_optimizer=device)
-    print(f"ZeRO-2, offload_optimizer={device:4s}: GPU {units.format_bytes(est.gpu_bytes):>9s} per GPU, "
-          f"host {units.format_bytes(est.cpu_bytes):>9s} per node   {est.breakdown}")
+    print(f"ZeRO-2, offload_optimizer={device}: GPU {units.format_bytes(est.gpu_bytes)} per GPU, "
+          f"host {units.format_bytes(est.cpu_bytes)} per node")
+    for place, parts in est.breakdown.items():
+        for part, nbytes in parts.items():
+            print(f"    {place:4s} {part:18s} {units.format_bytes(nbytes):>9s}")
 
 # %% [markdown]
 # ### Exercise 1: the split between GPU and host
@@ -50,14 +57,18 @@ def offload_split(params, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_offload_split", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-import math
-
 answer = offload_split(1000, 4)
 assert isinstance(answer, dict) and set(answer) == {"gpu", "host"}, 'return {"gpu": ..., "host": ...}'
 assert answer["gpu"] < memory.estimate(1000, 2, gpus_per_node=4).gpu_bytes, "offload should leave less on the GPU"
 assert answer["host"] > answer["gpu"], "the optimizer's fp32 state is much larger than the fp16 parameters"
 assert math.isclose(offload_split(1000, 1)["host"], offload_split(1000, 8)["host"]), \
     "the node's host memory holds every GPU's partition: it should not depend on how the node's GPUs split it"
+_printed = memory.estimate(P13B, 2, gpus_per_node=8, offload_optimizer="cpu")
+assert math.isclose(offload_split(P13B, 8)["gpu"], _printed.gpu_bytes), \
+    "13B on 8 GPUs: the GPU side should match the figure printed above (only the fp16 parameters stay)"
+assert math.isclose(offload_split(P13B, 8)["host"], _printed.cpu_bytes), \
+    "13B on 8 GPUs: the host side should match the figure printed above: the fp32 master weights, momentum and " \
+    "variance, plus the fp16 gradient partitions the CPU optimizer consumes"
 ### BEGIN HIDDEN TESTS
 from zerolab import memory as _memory
 from zerolab.checks import plain as _plain
@@ -77,9 +88,10 @@ for _params in (1_300_000_000, 70_000_000_001):
 # No source gives 29 GB. DeepSpeed's estimator says what stays on the GPU is the fp16 parameters; 29 GB could only
 # be that plus some buffers or activations, which no estimator counts. The claim also leaves out the bigger
 # number: **host RAM**. DeepSpeed's estimate counts every process building the model in fp32 at load time, times
-# its 1.5 buffer factor:
+# its `additional_buffer_factor`:
 
 # %%
+print("DeepSpeed's default additional_buffer_factor:", memory.DEFAULT_BUFFER_FACTOR)
 for gpus in (1, 8):
     est = memory.estimate(P13B, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
     print(f"13B, ZeRO-2 + CPU offload, {gpus} GPU(s): GPU {units.format_bytes(est.gpu_bytes, 'GiB')} per GPU, "
@@ -89,17 +101,20 @@ for gpus in (1, 8):
 # ### Exercise 2: DeepSpeed's host RAM figure
 #
 # Write `deepspeed_host_gib(params, gpus_per_node, nodes)`: the host RAM per node, in GiB, that DeepSpeed's ZeRO-2
-# estimator gives with CPU optimizer offload and its default buffer factor of 1.5. Its rule: the larger of the
-# offloaded fp32 state (4 bytes each of parameters, gradients, momentum, variance) and the fp32 load peak (4 bytes
+# estimator gives with CPU optimizer offload and its default buffer factor (printed above). Its rule: the larger of
+# the offloaded fp32 state (4 bytes each of parameters, gradients, momentum, variance) and the fp32 load peak (4 bytes
 # per parameter for every GPU process in the job), times the buffer factor.
-# Hidden tests call DeepSpeed's `estimate_zero2_model_states_mem_needs` itself.
+#
+# Note "every GPU process in the job": DeepSpeed's code multiplies by the GPUs of **all** nodes although the figure
+# is per node (its docs say GPUs per node), so for several nodes it over-estimates each node's RAM. Reproduce the
+# code, not the docs. Hidden tests call DeepSpeed's `estimate_zero2_model_states_mem_needs` itself.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_deepspeed_host_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_host_gib(params, gpus_per_node, nodes):
     """Host RAM per node (GiB) for ZeRO-2 + CPU offload, as DeepSpeed's estimator counts it."""
     ### BEGIN SOLUTION
     total_gpus = gpus_per_node * nodes
-    return params * max(4 * total_gpus, 16) * 1.5 / GiB
+    return params * max(4 * total_gpus, 16) * memory.DEFAULT_BUFFER_FACTOR / GiB
     ### END SOLUTION
 
 
@@ -173,6 +188,11 @@ assert math.isclose(pcie_bytes(8000, 8, 4)["to_gpu"], pcie_bytes(8000, 8, 1)["to
     "parameters come back once per optimizer step, whatever the accumulation"
 assert pcie_bytes(8000, 8, 4)["to_host"] > pcie_bytes(8000, 8, 1)["to_host"], \
     "ZeRO-2 reduces and offloads gradients on every micro-step"
+_printed = comm.traffic(P13B, 2, 8, grad_accum=4, offload_optimizer="cpu")
+assert math.isclose(pcie_bytes(P13B, 8, 4)["to_host"], _printed.device_to_host_bytes), \
+    "13B, 8 GPUs, grad_accum=4: to_host should match the figure printed above (fp16 gradients, 2 bytes each)"
+assert math.isclose(pcie_bytes(P13B, 8, 4)["to_gpu"], _printed.host_to_device_bytes), \
+    "13B, 8 GPUs, grad_accum=4: to_gpu should match the figure printed above (fp16 parameters, 2 bytes each)"
 ### BEGIN HIDDEN TESTS
 from zerolab import comm as _comm
 from zerolab.checks import plain as _plain
@@ -211,8 +231,8 @@ for name in ("pcie3", "pcie4", "pcie5"):
 def pcie_seconds(params, gpus, grad_accum, link):
     """Seconds per optimizer step that one GPU's offload traffic takes on the host link, without overlap."""
     ### BEGIN SOLUTION
-    moved = pcie_bytes(params, gpus, grad_accum)
-    return (moved["to_host"] + moved["to_gpu"]) / comm.bandwidth(link)
+    partition = params / gpus  # fp16 values each GPU owns
+    return (2 * partition * grad_accum + 2 * partition) / comm.bandwidth(link)
     ### END SOLUTION
 
 
@@ -253,8 +273,8 @@ for compute_s in (0.5, 8.0):
 # ## 4. pin_memory
 #
 # `offload_optimizer.pin_memory` page-locks the host buffers so copies between GPU and host run asynchronously at
-# full bandwidth and can overlap with compute. Since DeepSpeed 0.19.8 it defaults to **true** (it was false
-# before). Pinned memory is not extra memory, it is part of the host RAM counted above, but it cannot be swapped
+# full bandwidth and can overlap with compute. In DeepSpeed 0.19.8 it defaults to **true**; it defaulted to false
+# until PR #8207 (August 2026), so older tutorials tell you to switch it on. Pinned memory is not extra memory, it is part of the host RAM counted above, but it cannot be swapped
 # out: on hosts with little RAM (Colab, WSL2) or a tight `ulimit -l` it is a common cause of the process being
 # killed (exit code -9). There, set `"pin_memory": false` explicitly, or keep more on the GPU.
 
