@@ -13,7 +13,9 @@
 #
 # All numbers come from `zerolab.comm`, which follows the ZeRO paper (section 7) and DeepSpeed 0.19.8's engine.
 
-# %%
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+
 from zerolab import comm, units
 from zerolab.units import GB
 
@@ -58,8 +60,6 @@ def volume_in_params(stage, grad_accum):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_volume_in_params", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-import math
-
 assert volume_in_params(0, 1) == volume_in_params(1, 1) == volume_in_params(2, 1), \
     "without accumulation DDP, ZeRO-1 and ZeRO-2 move the same volume"
 assert volume_in_params(3, 1) == 1.5 * volume_in_params(0, 1), "ZeRO-3 moves 1.5x DDP's volume"
@@ -79,8 +79,8 @@ for _stage in (0, 1, 2, 3):
 # %% [markdown]
 # ## 2. Bytes on the wire and seconds
 #
-# With ring collectives (what NCCL uses for large messages), a reduce-scatter or an all-gather of n elements makes
-# each of the N GPUs send (N-1)/N · n elements. Multiply by the element size (2 bytes in fp16/bf16) for bytes, and
+# With ring collectives (the model behind the "bus bandwidth" factors in NCCL's performance notes), a
+# reduce-scatter or an all-gather of n elements makes each of the N GPUs send (N-1)/N · n elements. Multiply by the element size (2 bytes in fp16/bf16) for bytes, and
 # divide by the link bandwidth for seconds.
 
 # %%
@@ -100,7 +100,8 @@ for stage in range(4):
 def wire_bytes(params, stage, gpus, grad_accum):
     """Bytes one GPU sends per optimizer step (ring collectives, 2-byte elements)."""
     ### BEGIN SOLUTION
-    return volume_in_params(stage, grad_accum) * params * (gpus - 1) / gpus * 2
+    volume = {0: 2, 1: 2, 2: grad_accum + 1, 3: 3 * grad_accum}[stage]  # multiples of the parameter count
+    return volume * params * (gpus - 1) / gpus * 2
     ### END SOLUTION
 
 
@@ -132,7 +133,7 @@ for _params in (125_000_001, 70_000_000_000):
 #
 # ### A common claim: "ZeRO-2 does one reduce-scatter per step"
 #
-# It does one per bucket, and on every micro-step:
+# It reduces once per bucket, and on every micro-step:
 
 # %%
 for grad_accum in (1, 4):
@@ -140,6 +141,13 @@ for grad_accum in (1, 4):
     for c in t.collectives:
         print(f"grad_accum={grad_accum}: {c.op:14s} ({c.purpose}): {c.buckets} buckets x {c.times} = "
               f"{c.buckets * c.times} calls per optimizer step")
+
+# %% [markdown]
+# zerolab, like the paper, counts each bucket's reduction as a reduce-scatter. DeepSpeed 0.19.8 does not call
+# `reduce_scatter` literally: with its default `use_multi_rank_bucket_allreduce: true` it **all-reduces** each bucket
+# (`average_tensor` in `stage_1_and_2.py`), and with `false` it `reduce`s each slice to the rank that owns it. An
+# all-reduce is a reduce-scatter plus an all-gather (section 1), so on the wire DeepSpeed's default moves more for the
+# gradients than the paper's figure. The bucket count is the same either way.
 
 # %% [markdown]
 # ### A common claim: "ZeRO-3 needs 80 communications per step for a 40-layer model"
@@ -197,9 +205,20 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # - communication longer than the compute it runs beside.
 #
 # It costs memory: a second bucket buffer of `reduce_bucket_size` elements, so one bucket can be reduced while the
-# next fills. (The "4.5x the bucket size" figure in some docs comes from a multiplier DeepSpeed removed in 2021.)
-# The default is false for stages 1-2 and true for stage 3.
+# next fills. The default is false for stages 1-2 and true for stage 3 (DeepSpeed's docs table still says false).
+
+# %% [markdown]
+# ### A common claim: "overlap_comm uses 4.5x the bucket sizes, 9GB at the defaults"
 #
+# It comes from the Hugging Face DeepSpeed guide, and from a multiplier that DeepSpeed deleted in 2021 (commit
+# cfa63f5). What ZeRO-1/2 allocates in 0.19.8 for gradient buckets at the default size, in fp16:
+
+# %%
+for overlap in (False, True):
+    print(f"overlap_comm={overlap}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', overlap))}"
+          f" of gradient buckets per GPU (reduce_bucket_size = {comm.DEFAULT_BUCKET:.0e} elements)")
+
+# %% [markdown]
 # The timeline below shows one step without and with overlap; change compute time, GPUs and link to see when it
 # matters. Where widgets cannot render you see the static figure.
 
@@ -243,7 +262,9 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # reduce-scatter: three passes of Ψ instead of two.
 #
 # **Q: How many reduce-scatters does ZeRO-2 do per step?**
-# A: One per `reduce_bucket_size` bucket of gradients, on every micro-step (Exercise 3), not one per step.
+# A: One reduction per `reduce_bucket_size` bucket of gradients, on every micro-step (Exercise 3), not one per step.
+# And in DeepSpeed 0.19.8 each is by default an all-reduce of the bucket (`use_multi_rank_bucket_allreduce`), not a
+# literal reduce-scatter.
 #
 # **Q: What does overlap_comm cost, and when does it not help?**
 # A: A second bucket buffer on the GPU. It does not help when compute is much shorter than communication (nothing to
