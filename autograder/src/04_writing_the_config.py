@@ -365,8 +365,9 @@ else:
 
 # %% [markdown]
 # Memory is the same either way: fp16 and bf16 both store 2 bytes per value, so every estimate in this course is the
-# same for both. (One caution from the DeepSpeed code: `torch.cuda.is_bf16_supported()` can say yes on pre-Ampere
-# cards because it also accepts emulated bf16; trust the compute capability.)
+# same for both. (One caution, read in the code but not tried on a real card: DeepSpeed's CUDA accelerator asks
+# `torch.cuda.is_bf16_supported()`, which in recent PyTorch also accepts *emulated* bf16, so it can say yes on a
+# pre-Ampere card that then runs bf16 slowly or fails in a kernel. Trust the compute capability.)
 
 # %% [markdown]
 # ## Exercise 4: ZeRO-3 with parameter offload (2 points)
@@ -441,9 +442,22 @@ for label, cfg in (("exercise 1: ZeRO-2, optimizer on CPU", build_deepspeed_conf
     print(f"{label:52}: GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}")
 
 # %% [markdown]
-# The GPU side shrinks to little more than one gathered layer; the host side carries everything else. Every
-# parameter now crosses PCIe twice per micro-step (gathered for forward and again for backward, lesson 02), so
-# parameter offload is the last resort, not the first.
+# The GPU side shrinks to little more than one gathered layer; the host side carries everything else. The price is
+# PCIe traffic: with parameter offload each GPU fetches its parameter partition from the host for the forward pass
+# and again for the backward pass (ZeRO-3 gathers twice, lesson 03), on every micro-step. Per GPU and optimizer step,
+# with the config's accumulation steps on 8 GPUs (`train_batch_size` is dropped so that DeepSpeed derives it for 8
+# GPUs; the value in the config only fits one, as the doctor showed above):
+
+# %%
+for label, cfg in (("exercise 1", build_deepspeed_config()), ("exercise 4", zero3_offload(build_deepspeed_config()))):
+    cfg = copy.deepcopy(cfg)
+    cfg.pop("train_batch_size")  # let DeepSpeed derive it for 8 GPUs
+    t = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS).traffic
+    print(f"{label}: host -> GPU {units.format_bytes(t.host_to_device_bytes, 'GB'):>9}, "
+          f"GPU -> host {units.format_bytes(t.device_to_host_bytes, 'GB'):>9} per GPU per optimizer step")
+
+# %% [markdown]
+# So parameter offload is the last resort, not the first.
 
 # %% [markdown]
 # ## Summary
