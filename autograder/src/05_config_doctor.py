@@ -68,7 +68,7 @@ print("typo in the block name: accepted; ZeRO stage DeepSpeed will use:", parsed
 #   the batch fields, `"auto"` crashes instead.
 #
 # And things it rejects: fp16 and bf16 both enabled, batch fields that do not multiply out for the world size,
-# features removed in 0.19.8 such as MiCS (`mics_shard_size`). zerolab's doctor, `check_config(config, world_size)`,
+# features DeepSpeed has removed, such as MiCS (`mics_shard_size`): 0.19.8 raises an error that points to issue #8489. zerolab's doctor, `check_config(config, world_size)`,
 # runs DeepSpeed's own validation for the world size you give and adds checks for the silent cases. Each finding has
 # a dotted **path**, a **severity** and a message.
 
@@ -169,7 +169,7 @@ for name, config in CASES.items():
 #   the swap files go.
 #
 # The notes say what DeepSpeed picks for fields you left out, e.g. `overlap_comm` (stage-dependent) and
-# `pin_memory` (true since 0.19.8).
+# `pin_memory` (true in 0.19.8; it was false until DeepSpeed PR #8207).
 
 # %% [markdown]
 # ## More traps, in the doctor's words
@@ -196,8 +196,16 @@ for name, config in GALLERY.items():
 # %% [markdown]
 # Read the severity: an **error** means DeepSpeed (or the run) will fail; a **warning** means it will run, but not as
 # written. Silently dropped `"auto"` values are the most treacherous: `fp16.enabled: "auto"` outside the Trainer means
-# fp32 training, with twice the memory for parameters and gradients.
-#
+# fp32 training. What that does to memory, for a 7B model on 8 GPUs (paper accounting):
+
+# %%
+meant = copy.deepcopy(GALLERY["auto precision outside the Trainer"])
+meant["fp16"]["enabled"] = True
+for label, config in (("fp16 enabled: true", meant), ('fp16 enabled: "auto"', GALLERY["auto precision outside the Trainer"])):
+    e = config_effect(config, params="7B", gpus_per_node=8, accounting="paper").memory
+    print(f"{label:22} precision {read_settings(config, world_size=8).precision:5}  GPU {units.format_bytes(e.gpu_bytes, 'GB')} per GPU")
+
+# %% [markdown]
 # `explain_config` says what every field you set means and what DeepSpeed uses when you leave it out:
 
 # %%
@@ -305,7 +313,7 @@ diff = compare_configs(zero2, zero3, params="7B", gpus_per_node=8)
 print("changed:", diff.changed)
 for label, effect in (("ZeRO-2", diff.effect_a), ("ZeRO-3", diff.effect_b)):
     print(f"{label}: GPU {units.format_bytes(effect.memory.gpu_bytes, 'GiB')} per GPU, "
-          f"{effect.traffic.volume_in_params:.0f} Psi per step, {units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU")
+          f"{effect.traffic.volume_in_params:.0f} Ψ per step, {units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU")
 
 # %% [markdown]
 # ## Exercise 3: how much does it save? (2 points)
@@ -345,10 +353,10 @@ assert abs(answer - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# P's `offload_param` does nothing at stage 2, so P is plain ZeRO-2: 2 bytes of bf16 parameters stay whole on every
-# GPU, the other 14 are divided by 8. Q, ZeRO-3, divides all 16. The saving is the parameters' 2 bytes minus their
-# eighth. Both accountings side by side (DeepSpeed's adds fp32 gradients and, for ZeRO-3, the largest layer gathered
-# in full):
+# P's `offload_param` does nothing at stage 2, so P is plain ZeRO-2: the bf16 parameters stay whole on every GPU,
+# the gradients and optimizer states are divided over the GPUs. Q, ZeRO-3, divides the parameters too. The saving is
+# the parameters' bytes minus the share each GPU still holds. Both accountings side by side (DeepSpeed's adds fp32
+# gradients and, for ZeRO-3, the largest layer gathered in full):
 
 # %%
 for accounting in ("paper", "deepspeed"):
@@ -380,7 +388,7 @@ EXTRA_PSI = _diff.effect_b.traffic.volume_in_params - _diff.effect_a.traffic.vol
 assert isinstance(EXTRA_PSI, (int, float)), "EXTRA_PSI should be a number (a multiple of the parameter count)"
 volume_r = config_effect(R_CONFIG, params="7B", gpus_per_node=8).traffic.volume_in_params
 volume_s = config_effect(S_CONFIG, params="7B", gpus_per_node=8).traffic.volume_in_params
-assert EXTRA_PSI != 0, "ZeRO-1 and ZeRO-2 move the same 2 Psi only without gradient accumulation"
+assert EXTRA_PSI != 0, "ZeRO-1 and ZeRO-2 move the same volume only without gradient accumulation"
 assert abs(EXTRA_PSI - (volume_s - volume_r)) < 1e-9, \
     "not right: when does each stage reduce gradients, once per optimizer step or once per micro-step?"
 print("Visible checks passed.")
@@ -402,7 +410,7 @@ assert abs(plain(EXTRA_PSI, "EXTRA_PSI") - reference) < 1e-9
 # %%
 for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
     effect = config_effect(config, params="7B", gpus_per_node=8)
-    print(f"{label}: {effect.traffic.volume_in_params:.0f} Psi per optimizer step, "
+    print(f"{label}: {effect.traffic.volume_in_params:.0f} Ψ per optimizer step, "
           f"{units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU, GPU memory {units.format_bytes(effect.memory.gpu_bytes, 'GiB')}")
 
 # %% [markdown]
@@ -431,5 +439,5 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 # fields must be numbers; inside blocks `"auto"` is dropped silently and the default used.
 #
 # **Does ZeRO-2 communicate more than ZeRO-1?**
-# Per micro-step they move the same volume, but with gradient accumulation ZeRO-2 reduces on every micro-step and
-# ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
+# Without gradient accumulation they move the same volume per step (the paper's 2Ψ). With accumulation ZeRO-2 reduces
+# gradients on every micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
