@@ -284,7 +284,7 @@ for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
 # %%
 for stage in range(4):
     t = comm.traffic(P13, stage, 8)
-    print(f"stage {stage}: {t.volume_in_params:.0f} Psi = " + " + ".join(f"{c.op} ({c.purpose})" for c in t.collectives))
+    print(f"stage {stage}: {t.volume_in_params:.0f} Ψ = " + " + ".join(f"{c.op} ({c.purpose})" for c in t.collectives))
 
 # %% [markdown]
 # ## Q08: gradient accumulation (1 point)
@@ -320,11 +320,13 @@ assert plain(Q08, "Q08") == reference
 # accumulation boundary. ZeRO-2 keeps only its partition of the gradients, so it must reduce-scatter on **every**
 # micro-step (DeepSpeed's engine: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as
 # well"). **A common claim**, "ZeRO-2 does one reduce-scatter per step", is wrong twice: it happens per micro-step,
-# and in buckets (next question). Per optimizer step the volume grows with the accumulation steps:
+# and in buckets (next question). It is not even a literal reduce-scatter in DeepSpeed 0.19.8: by default
+# (`use_multi_rank_bucket_allreduce: true`) each bucket is all-reduced, in `stage_1_and_2.py`'s `average_tensor`; the
+# paper and zerolab count the reduce-scatter volume. Per optimizer step the volume grows with the accumulation steps:
 
 # %%
 for stage in (1, 2, 3):
-    print(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Psi per optimizer step")
+    print(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Ψ per optimizer step")
 
 # %% [markdown]
 # ## Q09: buckets (1 point)
@@ -390,10 +392,18 @@ assert plain(Q10, "Q10").strip().upper() == "B"
 # **Answer: B.** A validator in `deepspeed/runtime/zero/config.py` sets `overlap_comm = (stage == 3)` when you leave it
 # out (the docs table still says `false`). Overlap does not make communication faster: it runs the reduction of one
 # bucket on a side stream while backward fills the next, which hides communication only as far as there is compute to
-# hide it behind. The price is a second reduce buffer, about `reduce_bucket_size` x 2 bytes. The "4.5x" figure
-# (9 GB at the default bucket size) comes from a 2020 multiplier removed in 2021 (commit cfa63f5). No DeepSpeed source
-# supports the popular "10-30 % faster" either; it depends on the ratio of communication to compute, as lesson 03's
-# model shows:
+# hide it behind. The price is a second reduce buffer of `reduce_bucket_size` elements. **A common claim** puts it at
+# "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (commit cfa63f5).
+# What 0.19.8 allocates for gradient buckets at the default size, in fp16:
+
+# %%
+for flag in (False, True):
+    print(f"overlap_comm={flag}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', flag), 'GB')}"
+          " of gradient buckets per GPU")
+
+# %% [markdown]
+# No DeepSpeed source supports the popular "10-30 % faster" either; the gain depends on the ratio of communication to
+# compute, as lesson 03's model shows:
 
 # %%
 t = comm.traffic(P13, 2, 8)
@@ -472,12 +482,13 @@ assert abs(plain(Q12, "Q12") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Answer.** 4 + 4 + 4 + 4 bytes per parameter. That is the floor; DeepSpeed's estimator adds a buffer factor of
-# 1.5 and, for ZeRO-2, takes the larger of this and the load-time peak of every process building the fp32 model on the
-# CPU, which grows with the GPUs per node (DeepSpeed issue #5290). Offload's first failure is usually the host, not the
-# GPU: processes killed with exit code -9.
+# **Answer.** 4 + 4 + 4 + 4 bytes per parameter. That is the floor; DeepSpeed's estimator multiplies by its
+# `additional_buffer_factor` and, for ZeRO-2, takes the larger of this and the load-time peak of every process
+# building the fp32 model on the CPU, which grows with the GPUs per node (DeepSpeed issue #5290). Offload's first
+# failure is usually the host, not the GPU: processes killed with exit code -9.
 
 # %%
+print("additional_buffer_factor (DeepSpeed's default):", memory.DEFAULT_BUFFER_FACTOR)
 for gpus in (1, 8):
     e = memory.estimate(P13, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
     print(f"ZeRO-2 + CPU offload, {gpus} GPU(s) per node: DeepSpeed estimates {units.format_bytes(e.cpu_bytes, 'GiB')} of host RAM")
@@ -554,13 +565,21 @@ Q15 = 16
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex15_batch", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q15, int), "Q15 should be a whole number of steps"
-assert Q15 != 8, "the world size in the batch formula is the number of data-parallel replicas, not of GPUs"
-assert Q15 == 16, "not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
-### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.config import read_settings
 
-assert plain(Q15, "Q15") == 16
+batch = {"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4}
+assert isinstance(Q15, int), "Q15 should be a whole number of steps"
+assert Q15 != read_settings(batch, world_size=16).grad_accum, \
+    "the world size in the batch formula is the number of data-parallel replicas, not of GPUs"
+assert Q15 == read_settings(batch, world_size=16 // 2).grad_accum, \
+    "not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import exact_type, plain
+from zerolab.config import read_settings
+
+exact_type(Q15, int, "Q15")
+assert plain(Q15, "Q15") == read_settings({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4},
+                                          world_size=16 // 2).grad_accum
 ### END HIDDEN TESTS
 
 # %% [markdown]
