@@ -1,0 +1,46 @@
+"""Each exercise earns its points on its own: real `nbgrader autograde`, one student per exercise.
+
+Student "only_<grade_id>" hands in the release untouched except for that one exercise cell, which holds the
+solution from the lesson source. They must get exactly that exercise's points and 0 on every other test cell.
+This fails when an exercise's solution or its tests lean on another exercise (an earlier TODO left as
+`raise NotImplementedError()`), or when one answer earns points in someone else's test cell.
+One course, one generate_assignment and one autograde call per lesson for all its students.
+"""
+import nbformat
+import pytest
+
+from test_nbgrader_roundtrip import LESSONS, course_root, graded_cells, nbgrader, scores, submit  # noqa: F401
+
+
+def exercises(nb):
+    """The code cells a learner fills in, in notebook order."""
+    return [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LESSONS)
+def test_each_exercise_alone_earns_its_points(course_root, name):
+    source = nbformat.read(str(course_root / "source" / name / f"{name}.ipynb"), as_version=4)
+    rc, log = nbgrader(course_root, "generate_assignment", name, "--force")
+    assert rc == 0, log
+    release = nbformat.read(str(course_root / "release" / name / f"{name}.ipynb"), as_version=4)
+    points = graded_cells(source)
+    solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in exercises(source)}
+    assert solved, f"{name} has no exercise cells"
+    assert {"test_" + gid for gid in solved} <= set(points), f"{name}: an exercise has no test_<its id> cell"
+
+    for grade_id, solution in solved.items():
+        submission = nbformat.from_dict(release)
+        cell = next(c for c in submission.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        cell.source = solution
+        submit(course_root, name, f"only_{grade_id}", submission)
+    rc, log = nbgrader(course_root, "autograde", name, "--force")
+    assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
+
+    wrong = {}
+    for grade_id in solved:
+        expected = {gid: (pts if gid == "test_" + grade_id else 0) for gid, pts in points.items()}
+        got = scores(course_root, name, f"only_{grade_id}", points)
+        if got != expected:
+            wrong[grade_id] = {gid: f"got {got[gid]}, want {expected[gid]}" for gid in points if got[gid] != expected[gid]}
+    assert not wrong, f"{name}: with only one exercise solved, these scores are off: {wrong}"
