@@ -1,7 +1,7 @@
 """Broken and hostile submissions of lesson 01, each a small change to a correct notebook, with what grading
 must say about it. `write_course(root)` builds a test course with every case and some correct students.
 
-A correct submission scores FULL (9 points: ex1 2, ex2 3, ex3 2, ex4 2). Scores below are what honest grading
+A correct submission scores FULL (the lesson's points, read from its source notebook). Scores below are what honest grading
 gives: an exercise whose code never ran, or that cheats equality, earns nothing for its test.
 """
 import json
@@ -12,8 +12,14 @@ from pathlib import Path
 import nbformat
 
 LESSON = "01_where_memory_goes"
-FULL = 9
-EX1 = 2  # points of test_ex1_model_state_bytes
+SOURCE = Path(__file__).resolve().parents[2] / "autograder" / "source" / LESSON / f"{LESSON}.ipynb"
+POINTS = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"].get("points", 0)
+          for c in nbformat.read(str(SOURCE), as_version=4).cells
+          if c.metadata.get("nbgrader", {}).get("grade")}  # from the lesson itself, so a re-weighting cannot drift
+FULL = sum(POINTS.values())
+EX1 = POINTS["test_ex1_model_state_bytes"]
+EX3 = POINTS["test_ex3_fraction_kept"]
+EX4 = POINTS["test_ex4_deepspeed_zero2_gib"]
 CAPS = {"cell_timeout": 5, "notebook_timeout": 30, "memory_limit": "2GiB", "max_processes": 64}
 CORRECT = ("ok_alice", "ok_bob", "ok_carol", "ok_dave")
 
@@ -151,7 +157,7 @@ CASES = [
     Case("loop_ignores_interrupt", prepend("ex1_model_state_bytes", IGNORE_INTERRUPT), "review", FULL - EX1,
          "ignored the interrupt"),
     Case("sys_exit", prepend("ex1_model_state_bytes", "import sys\nsys.exit()"), "graded", FULL - EX1, ""),
-    Case("os_exit", prepend("ex3_fraction_kept", "import os\nos._exit(1)"), "review", FULL - 2, "ended the kernel"),
+    Case("os_exit", prepend("ex3_fraction_kept", "import os\nos._exit(1)"), "review", FULL - EX3, "ended the kernel"),
     Case("deleted_test_cell", drop("test_ex2_per_gpu_bytes"), "graded", FULL, ""),
     Case("edited_test_cell", both(replace("test_ex1_model_state_bytes", "pass"),
                                   replace("ex1_model_state_bytes", WRONG_EX1)), "graded", FULL - EX1, ""),
@@ -171,7 +177,7 @@ CASES = [
                                           replace("ex1_model_state_bytes", "raise NotImplementedError()")),
          "graded", FULL, "copy of cell ex1"),
     Case("rigged_eq_dict", replace("ex1_model_state_bytes", RIGGED_DICT), "graded", FULL - EX1, ""),
-    Case("rigged_float_subclass", replace("ex4_deepspeed_zero2_gib", INT_SUBCLASS), "graded", FULL - 2, ""),
+    Case("rigged_float_subclass", replace("ex4_deepspeed_zero2_gib", INT_SUBCLASS), "graded", FULL - EX4, ""),
     Case("patched_builtins", prepend("ex1_model_state_bytes", "import builtins\nbuiltins.abs = lambda x: 0"),
          "review", FULL, "builtins.abs"),
     # replaces the hidden tests' helper inside the kernel: flagged for review (the score is not trusted)
