@@ -16,7 +16,7 @@ def zerolab(*args):
     (["--stage", "1", "--offload-param", "cpu"], "--offload-param needs --stage 3"),
     (["--stage", "0", "--offload-optimizer", "cpu"], "needs --stage 1, 2 or 3"),
     (["--stage", "5"], "invalid choice"),
-    (["--ranks", "0"], "must be positive"),
+    (["--ranks", "0"], "--ranks must be >= 1"),
     (["--config", "/no/such/file.json"], "cannot read --config"),
     (["--config", "x.json", "--stage", "2"], "do not mix"),
 ])

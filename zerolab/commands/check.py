@@ -1,7 +1,7 @@
 """`zerolab check`: would DeepSpeed 0.19.8 accept this ds_config, and what does it silently ignore?"""
 import json
 
-from zerolab.errors import UserError
+from zerolab.commands.arguments import positive_int
 
 HELP = "would DeepSpeed accept this ds_config? what would it silently ignore?"
 DESCRIPTION = """\
@@ -22,18 +22,6 @@ examples:
   zerolab check ds_config.json --world-size 8       train_batch_size must equal micro x accumulation x 8
   zerolab check ds_config.json --json               {"valid": ..., "errors": [...], "warnings": [...]}
 """
-
-
-def positive_int(flag):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise UserError(f"{flag}: {text!r} is not a whole number") from None
-        if value < 1:
-            raise UserError(f"{flag} must be >= 1, got {value}")
-        return value
-    return parse
 
 
 def add_arguments(parser):

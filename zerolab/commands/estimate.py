@@ -3,8 +3,9 @@ import argparse
 import json
 
 from zerolab import memory
+from zerolab.commands.arguments import params_count, positive_float, positive_int
 from zerolab.errors import UserError
-from zerolab.units import GB, GiB, format_bytes, format_count, parse_count
+from zerolab.units import GB, GiB, format_bytes, format_count
 
 HELP = "model-state memory per GPU and per node, for every ZeRO stage and offload"
 DESCRIPTION = """\
@@ -30,38 +31,11 @@ examples:
 """
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise UserError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise UserError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _count(text):
-    try:
-        return parse_count(text)
-    except ValueError as error:
-        raise UserError(f"--params: {error}") from None
-
-
-def _factor(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"--buffer-factor: {text!r} is not a number") from None
-    if not value > 0:
-        raise UserError(f"--buffer-factor must be > 0, got {text}")
-    return value
-
-
 def add_arguments(parser):
-    parser.add_argument("--params", required=True, type=_count, metavar="N",
+    parser.add_argument("--params", required=True, type=params_count, metavar="N",
                         help="parameter count: 13B, 350M, 7.5e9 or a plain integer")
-    parser.add_argument("--gpus-per-node", type=_positive_int, default=1, metavar="G", help="GPUs per node (default 1)")
-    parser.add_argument("--nodes", type=_positive_int, default=1, metavar="M", help="nodes (default 1)")
+    parser.add_argument("--gpus-per-node", type=positive_int("--gpus-per-node"), default=1, metavar="G", help="GPUs per node (default 1)")
+    parser.add_argument("--nodes", type=positive_int("--nodes"), default=1, metavar="M", help="nodes (default 1)")
     parser.add_argument("--stage", type=int, choices=memory.STAGES,
                         help="ZeRO stage 0-3; without it every stage and offload is listed")
     parser.add_argument("--offload-optimizer", choices=memory.DEVICES, default="none",
@@ -72,13 +46,13 @@ def add_arguments(parser):
                         help="fp16 or bf16 mixed precision (2-byte params) or fp32 training (default fp16)")
     parser.add_argument("--accounting", choices=memory.ACCOUNTINGS, default="paper",
                         help="paper (ZeRO paper, GB) or deepspeed (DeepSpeed's estimator, GiB); default paper")
-    parser.add_argument("--largest-layer-params", type=_count, metavar="N",
+    parser.add_argument("--largest-layer-params", type=params_count, metavar="N",
                         help="parameters of the largest layer (deepspeed accounting, stage 3); default: a "
                              "GPT-style embedding of 50257 tokens x the hidden size the model would have")
     parser.add_argument("--zero-init", action=argparse.BooleanOptionalAction, default=True,
                         help="model built under deepspeed.zero.Init, so no full fp32 copy per process on the "
                              "host (deepspeed accounting, stage 3; default on)")
-    parser.add_argument("--buffer-factor", type=_factor, default=memory.DEFAULT_BUFFER_FACTOR, metavar="F",
+    parser.add_argument("--buffer-factor", type=positive_float("--buffer-factor"), default=memory.DEFAULT_BUFFER_FACTOR, metavar="F",
                         help="DeepSpeed's additional_buffer_factor on host memory (default 1.5)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a table")
 

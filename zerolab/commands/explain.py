@@ -1,9 +1,8 @@
 """`zerolab explain`: every field of a ds_config in plain words, its findings, and what it costs."""
 import json
 
-from zerolab.commands.check import positive_int
+from zerolab.commands.arguments import params_count, positive_int
 from zerolab.errors import UserError
-from zerolab.units import parse_count
 
 HELP = "explain every field of a ds_config and what it costs in memory and traffic"
 DESCRIPTION = """\
@@ -18,13 +17,6 @@ examples:
   zerolab explain ds_config.json --params 13B --gpus-per-node 8 --nodes 2 --accounting paper
   zerolab explain ds_config.json --params 1.3B --gpus-per-node 1 --json
 """
-
-
-def params_count(text):
-    try:
-        return parse_count(text)
-    except ValueError as error:
-        raise UserError(f"--params: {error}") from None
 
 
 def add_model_arguments(parser):

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from zerolab.commands.arguments import positive_int
 from zerolab.errors import UserError
 
 HELP = "grade every submission of a lesson with nbgrader (instructors)"
@@ -33,7 +34,7 @@ DIR/grades.csv gets one row per student: student, lesson, score, max_score, stat
 def add_arguments(parser):
     parser.add_argument("lesson", help="the lesson (nbgrader assignment) name, e.g. 04_writing_the_config")
     parser.add_argument("--course", default="autograder", help="the nbgrader course folder (default: autograder)")
-    parser.add_argument("--jobs", type=int, default=1, help="students graded at a time (default 1)")
+    parser.add_argument("--jobs", type=positive_int("--jobs"), default=1, help="students graded at a time (default 1)")
     parser.add_argument("--student", action="append", help="grade only this student (repeatable)")
     parser.add_argument("--feedback", action="store_true",
                         help="also write DIR/feedback/<student>/LESSON/*.html (hidden tests left out)")
@@ -50,8 +51,6 @@ def run(args):
     if not course.source_notebook(args.lesson).exists():
         raise UserError(f"no source notebook {course.source_notebook(args.lesson)}; is --course the nbgrader "
                         "course folder, and is the lesson built (python autograder/build.py)?")
-    if args.jobs < 1:
-        raise UserError("--jobs should be 1 or more")
     limits = course.limits()
     mode, weaker = _isolation(args.isolation or limits.isolation, sandbox)
     _ensure_assignment(course, args.lesson)

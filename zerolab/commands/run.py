@@ -2,6 +2,7 @@
 import json
 import sys
 
+from zerolab.commands.arguments import positive_float, positive_int
 from zerolab.errors import UserError
 
 HELP = "train a tiny GPT with real DeepSpeed ZeRO on N ranks; measured bytes next to the prediction"
@@ -39,10 +40,10 @@ def add_arguments(parser):
     parser.add_argument("--offload-param", choices=("none", "cpu"), help="where parameters live (stage 3 only)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
                         help="default: bf16 on CPU ranks, fp16 on a GPU")
-    parser.add_argument("--ranks", type=int, default=2, help="number of rank processes (default 2)")
+    parser.add_argument("--ranks", type=positive_int("--ranks"), default=2, help="number of rank processes (default 2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu ranks (gloo) or GPUs (NCCL)")
-    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    parser.add_argument("--timeout", type=float, default=600, help="stop every rank after this many seconds")
+    parser.add_argument("--steps", type=positive_int("--steps"), default=5, help="training steps (default 5)")
+    parser.add_argument("--timeout", type=positive_float("--timeout"), default=600, help="stop every rank after this many seconds")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
@@ -54,8 +55,6 @@ def run(args):
     given = {name: value for name, value in knobs.items() if value is not None}
     if args.config and given:
         raise UserError(f"--config and --{next(iter(given)).replace('_', '-')} do not mix: put it in the config file")
-    if args.ranks < 1 or args.steps < 1 or args.timeout <= 0:
-        raise UserError("--ranks, --steps and --timeout must be positive")
     if given.get("offload_param", "none") != "none" and given.get("stage") != 3:
         raise UserError("--offload-param needs --stage 3: below it DeepSpeed ignores parameter offload")
     if given.get("offload_optimizer", "none") != "none" and given.get("stage", 2) == 0:
