@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 
 from zerolab.config.effect import Effect, config_effect
-from zerolab.config.load import load_config
+from zerolab.config.load import leaves, load_config
 
 UNSET = "<unset>"
 
@@ -20,7 +20,7 @@ class Comparison:
 
 def changed_fields(a, b):
     """[(dotted path, value in a, value in b)] for every leaf that differs; UNSET where a side lacks it."""
-    left, right = dict(_leaves(load_config(a))), dict(_leaves(load_config(b)))
+    left, right = dict(leaves(load_config(a))), dict(leaves(load_config(b)))
     paths = list(left) + [p for p in right if p not in left]
     return [(p, left.get(p, UNSET), right.get(p, UNSET)) for p in paths if left.get(p, UNSET) != right.get(p, UNSET)]
 
@@ -29,11 +29,3 @@ def compare_configs(a, b, params, gpus_per_node=1, nodes=1, **options):
     """Comparison of two configs (paths, JSON text or dicts) for one model and cluster; options as config_effect."""
     return Comparison(changed_fields(a, b), config_effect(a, params, gpus_per_node, nodes, **options),
                       config_effect(b, params, gpus_per_node, nodes, **options))
-
-
-def _leaves(value, prefix=""):
-    if isinstance(value, dict) and value:
-        for key, inner in value.items():
-            yield from _leaves(inner, f"{prefix}.{key}" if prefix else str(key))
-    else:
-        yield prefix, value

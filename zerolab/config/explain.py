@@ -3,7 +3,7 @@ from zerolab.config.deepspeed_import import import_deepspeed
 from dataclasses import dataclass
 
 from zerolab.config.defaults import default_of
-from zerolab.config.load import load_config
+from zerolab.config.load import leaves, load_config
 
 
 @dataclass(frozen=True)
@@ -20,12 +20,4 @@ def explain_config(source):
     from zerolab.config.field_notes import describe
     config = load_config(source)
     return [Explanation(path, value, default_of(path), describe(path, value, config))
-            for path, value in _leaves(config)]
-
-
-def _leaves(value, prefix=""):
-    if isinstance(value, dict) and value:
-        for key, inner in value.items():
-            yield from _leaves(inner, f"{prefix}.{key}" if prefix else str(key))
-    else:
-        yield prefix, value
+            for path, value in leaves(config)]

@@ -52,3 +52,12 @@ def _no_duplicates(pairs):
             raise _DuplicateKey(key)
         seen[key] = value
     return seen
+
+
+def leaves(value, prefix=""):
+    """Every (dotted path, value) of a config, e.g. ("zero_optimization.offload_optimizer.device", "cpu")."""
+    if isinstance(value, dict) and value:
+        for key, inner in value.items():
+            yield from leaves(inner, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, value
