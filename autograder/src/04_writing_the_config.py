@@ -208,9 +208,10 @@ for label, cfg in (("ZeRO-2", without_offload), ("ZeRO-2 + CPU optimizer offload
 # **A common claim** (it is in the tutorial this course grew from): "ZeRO-2 needs 26GB + 78GB/8 ≈ 36GB per GPU, and
 # ZeRO-2 + offload about 29GB." Both are wrong, and the table above shows why:
 #
-# - The 78 GB implies 6 bytes per parameter of partitioned state, which matches no accounting. Partitioned are the
-#   fp16 gradients (2 bytes) and the optimizer states (K = 12 bytes: fp32 master weights, momentum and variance), so
-#   the paper gives the first row, and DeepSpeed's estimator, with its extra fp32 gradients, the second.
+# - The 78 GB, divided by 13B parameters, is far fewer bytes per parameter than any accounting partitions (lesson 01
+#   prints both). Partitioned are the fp16 gradients (2 bytes) and the optimizer states (K = 12 bytes: fp32 master
+#   weights, momentum and variance), so the paper gives the first row, and DeepSpeed's estimator, with its extra fp32
+#   gradients, the second.
 # - With the optimizer offloaded, only the replicated fp16 parameters stay on the GPU. No source gives "29 GB", and
 #   the claim leaves out the other side of the bargain: the **host RAM** in the last column, which is where offload
 #   runs out first (processes killed with exit code -9, DeepSpeed issues #4239 and #4571).
