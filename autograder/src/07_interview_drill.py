@@ -203,11 +203,14 @@ assert abs(plain(Q05, "Q05") - reference) <= 0.01 * reference
 
 # %% [markdown]
 # **Answer.** The paper's P_os+g: 2Ψ of fp16 parameters on every GPU plus (2 + K)Ψ / Nd. **A common claim** (in the
-# tutorial this course grew from) is "26 GB + 78 GB / 8 ≈ 36 GB": the 78 GB there is 6 bytes per parameter, which
-# matches no accounting. DeepSpeed's own estimator says more than the paper, because it also counts 4 bytes per
+# tutorial this course grew from) is "26 GB + 78 GB / 8 ≈ 36 GB": its 78 GB of partitioned state is far fewer bytes
+# per parameter than the paper partitions (printed below), so it matches no accounting. DeepSpeed's own estimator says more than the paper, because it also counts 4 bytes per
 # parameter of partitioned fp32 gradients, and it prints GiB under the label "GB":
 
 # %%
+ddp_parts = memory.estimate(P13, 0).breakdown["gpu"]
+print("partitioned bytes per parameter: claim", 78 * units.GB / P13,
+      " paper", sum(n for part, n in ddp_parts.items() if part != "params") / P13)
 for accounting in ("paper", "deepspeed"):
     e = memory.estimate(P13, 2, gpus_per_node=8, accounting=accounting)
     print(f"{accounting:9}: {units.format_bytes(e.gpu_bytes, 'GB')} = {units.format_bytes(e.gpu_bytes, 'GiB')}")
