@@ -27,7 +27,9 @@ P13B = units.parse_count("13B")
 # `offload_optimizer: {"device": "cpu"}` (ZeRO-Offload) runs the optimizer step on the CPU. So the optimizer's
 # fp32 state (master weights, momentum, variance) lives in host RAM, and from ZeRO-2 on the gradient partition
 # each GPU owns is copied to the host for the CPU optimizer to consume. The GPU keeps the 16-bit parameters for
-# forward and backward. NVMe offload (ZeRO-Infinity) needs stage 3; `offload_param` too.
+# forward and backward. NVMe offload (ZeRO-Infinity) needs stage 3, and so does `offload_param`. Below stage 3,
+# DeepSpeed 0.19.8 accepts `device: "nvme"` for the optimizer and quietly treats it as CPU offload (its stage 1/2
+# optimizer in `stage_1_and_2.py` offloads to the CPU for any device but `none`): the state lands in host RAM.
 #
 # Below, for a 13B model on 8 GPUs: the totals, then what each part is and where it lives (paper accounting).
 
