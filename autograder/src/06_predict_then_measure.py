@@ -130,14 +130,18 @@ for _params in (999_999_937, 13_000_000_000):
 #
 # Write `offload_split(params, stage, ranks, offload_optimizer, offload_param)`, the devices being `"none"` or
 # `"cpu"`: a dict `{"device": int, "host": int}` with the bytes one rank keeps on its accelerator and the bytes
-# it keeps in host memory (its share of the node's host RAM), by the paper's accounting. Reuse your two
-# functions. Hidden tests check other combinations.
+# it keeps in host memory (its share of the node's host RAM), by the paper's accounting. It is graded on its own,
+# so write it out in full rather than calling your two functions. Hidden tests check other combinations.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_offload_split", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def offload_split(params, stage, ranks, offload_optimizer, offload_param):
     """Per-rank bytes on the accelerator and in host memory."""
     ### BEGIN SOLUTION
-    parts = {**optimizer_bytes(params, stage, ranks), **training_bytes(params, stage, ranks)}
+    def share(nbytes, partitioned_from):
+        return round(nbytes * params / (ranks if stage >= partitioned_from else 1))
+
+    parts = {"params": share(2, 3), "grads": share(2, 2), "master_weights": share(4, 1),
+             "optimizer_states": share(8, 1)}
     on_host = set()
     if offload_optimizer == "cpu":
         on_host |= {"master_weights", "optimizer_states"} | ({"grads"} if stage >= 2 else set())
