@@ -128,8 +128,14 @@ class Traffic:
 
 def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bucket_size=DEFAULT_BUCKET,
             allgather_bucket_size=DEFAULT_BUCKET, prefetch_bucket_size=DEFAULT_PREFETCH_BUCKET,
-            offload_optimizer="none", offload_param="none"):
-    """Traffic of one optimizer step (grad_accum micro-steps) for one rank."""
+            offload_optimizer="none", offload_param="none", bucket_allreduce=False):
+    """Traffic of one optimizer step (grad_accum micro-steps) for one rank.
+
+    bucket_allreduce=True models what DeepSpeed 0.19.8 does by default in ZeRO-1/2
+    (zero_optimization.use_multi_rank_bucket_allreduce = true, stage_1_and_2.py average_tensor): each gradient
+    bucket is all-reduced and every rank keeps only its partition of the result, so the gradients cost twice
+    the paper's reduce-scatter. The default (False) is the paper's accounting.
+    """
     for name, value in (("params", params), ("world_size", world_size), ("grad_accum", grad_accum),
                         ("reduce_bucket_size", reduce_bucket_size),
                         ("allgather_bucket_size", allgather_bucket_size),
@@ -147,6 +153,10 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
     if stage == 0:
         # DeepSpeed's stage 0 averages the gradients in engine.allreduce_gradients, after backward returns.
         collectives = (coll("all-reduce", "average gradients", "after backward", 1, reduce_bucket_size),)
+    elif stage in (1, 2) and bucket_allreduce:
+        times, when = (1, "last backward") if stage == 1 else (gas, "backward")
+        collectives = (coll("all-reduce", "gradients, each rank keeps its partition", when, times, reduce_bucket_size),
+                       coll("all-gather", "updated parameters", "after step", 1, allgather_bucket_size))
     elif stage == 1:
         collectives = (coll("reduce-scatter", "gradients to their owners", "last backward", 1, reduce_bucket_size),
                        coll("all-gather", "updated parameters", "after step", 1, allgather_bucket_size))
