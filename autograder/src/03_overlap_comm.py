@@ -147,7 +147,17 @@ for grad_accum in (1, 4):
 # `reduce_scatter` literally: with its default `use_multi_rank_bucket_allreduce: true` it **all-reduces** each bucket
 # (`average_tensor` in `stage_1_and_2.py`), and with `false` it `reduce`s each slice to the rank that owns it. An
 # all-reduce is a reduce-scatter plus an all-gather (section 1), so on the wire DeepSpeed's default moves more for the
-# gradients than the paper's figure. The bucket count is the same either way.
+# gradients than the paper's figure. The bucket count is the same either way. `comm.traffic(...,
+# bucket_allreduce=True)` counts what DeepSpeed's default does (the course's tests check it against the collectives
+# a real two-rank run calls):
+
+# %%
+for stage in (1, 2):
+    for grad_accum in (1, 4):
+        paper_volume = comm.traffic(P13B, stage, 8, grad_accum=grad_accum).volume_in_params
+        deepspeed_volume = comm.traffic(P13B, stage, 8, grad_accum=grad_accum, bucket_allreduce=True).volume_in_params
+        print(f"ZeRO-{stage}, grad_accum={grad_accum}: paper {paper_volume:g} Ψ, DeepSpeed 0.19.8 default "
+              f"{deepspeed_volume:g} Ψ per optimizer step")
 
 # %% [markdown]
 # ### A common claim: "ZeRO-3 needs 80 communications per step for a 40-layer model"
