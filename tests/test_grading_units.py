@@ -90,3 +90,15 @@ def test_limits_come_from_the_course_config_with_defaults(tmp_path):
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.ZeroLab.cell_timout = 5\n")
     with pytest.raises(UserError, match="cell_timout"):
         Course(tmp_path).limits()
+
+
+def test_sandbox_mounts_under_tmp_stay_visible_over_the_private_tmp(tmp_path):
+    """bwrap applies mounts in order: a virtual environment under /tmp must be bound after the private /tmp."""
+    from zerolab.grading import sandbox
+
+    venv = "/tmp/some-checkout/.venv"
+    argv = sandbox.command(["python"], uid=sandbox.BASE_UID, workdir=tmp_path / "work", scratch=tmp_path / "scratch",
+                           ipc_dir=tmp_path / "ipc", read_only=[venv])
+    private_tmp = argv.index("/tmp", argv.index(str(tmp_path / "scratch")))
+    venv_bind = max(i for i, word in enumerate(argv) if word == venv)
+    assert private_tmp < venv_bind

@@ -61,7 +61,7 @@ def _overlaps(a, b):
     return a == b or a in b.parents or b in a.parents
 
 
-def _bwrap_base(read_only):
+def _bwrap_base(read_only, scratch=None):
     argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--proc", "/proc", "--dev", "/dev"]
     for top in SYSTEM_DIRS:
@@ -70,6 +70,9 @@ def _bwrap_base(read_only):
             argv += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
+    if scratch is not None:
+        # The private /tmp goes first: a checkout or virtual environment under /tmp is bound on top of it.
+        argv += ["--bind", str(scratch), "/tmp"]
     made = set()
     for path in read_only:
         argv += _parents(path, made) + ["--ro-bind", str(path), str(path)]
@@ -93,8 +96,7 @@ def _drop_to(uid):
 def command(kernel_argv, *, uid, workdir, scratch, ipc_dir, read_only):
     """The bwrap command that runs `kernel_argv` in `workdir` as `uid`, seeing only what it needs."""
     made = set()
-    argv = _bwrap_base(read_only)
-    argv += ["--bind", str(scratch), "/tmp"]
+    argv = _bwrap_base(read_only, scratch)
     argv += _parents(ipc_dir, made) + ["--bind", str(ipc_dir), str(ipc_dir)]
     argv += _parents(workdir, made) + ["--bind", str(workdir), str(workdir)]
     for notebook in sorted(Path(workdir).glob("*.ipynb")):
