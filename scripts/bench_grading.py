@@ -17,6 +17,8 @@ from pathlib import Path
 
 import nbformat
 
+from zerolab.grading.answers import with_solutions
+
 REPO = Path(__file__).resolve().parent.parent
 EMPTY = "empty"
 
@@ -24,13 +26,7 @@ EMPTY = "empty"
 def correct_notebook(course, lesson):
     release = nbformat.read(course / "release" / lesson / f"{lesson}.ipynb", as_version=4)
     source = nbformat.read(course / "source" / lesson / f"{lesson}.ipynb", as_version=4)
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    for cell in release.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
-    return release
+    return with_solutions(release, source)
 
 
 def empty_assignment(course):

@@ -6,10 +6,11 @@ This fails when an exercise's solution or its tests lean on another exercise (an
 `raise NotImplementedError()`), or when one answer earns points in someone else's test cell.
 One course, one generate_assignment and one autograde call per lesson for all its students.
 """
-import nbformat
 import pytest
 
-from test_nbgrader_roundtrip import LESSONS, course_root, graded_cells, nbgrader, scores, submit  # noqa: F401
+from zerolab.grading.answers import with_solutions
+
+from test_nbgrader_roundtrip import LESSONS, course_root, nbgrader, release_lesson, scores, submit  # noqa: F401
 
 
 def exercises(nb):
@@ -20,20 +21,13 @@ def exercises(nb):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LESSONS)
 def test_each_exercise_alone_earns_its_points(course_root, name):
-    source = nbformat.read(str(course_root / "source" / name / f"{name}.ipynb"), as_version=4)
-    rc, log = nbgrader(course_root, "generate_assignment", name, "--force")
-    assert rc == 0, log
-    release = nbformat.read(str(course_root / "release" / name / f"{name}.ipynb"), as_version=4)
-    points = graded_cells(source)
+    source, release, points = release_lesson(course_root, name)
     solved = {c.metadata["nbgrader"]["grade_id"]: c.source for c in exercises(source)}
     assert solved, f"{name} has no exercise cells"
     assert {"test_" + gid for gid in solved} <= set(points), f"{name}: an exercise has no test_<its id> cell"
 
-    for grade_id, solution in solved.items():
-        submission = nbformat.from_dict(release)
-        cell = next(c for c in submission.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-        cell.source = solution
-        submit(course_root, name, f"only_{grade_id}", submission)
+    for grade_id in solved:
+        submit(course_root, name, f"only_{grade_id}", with_solutions(release, source, only=[grade_id]))
     rc, log = nbgrader(course_root, "autograde", name, "--force")
     assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
 

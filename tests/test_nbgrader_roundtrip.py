@@ -13,6 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from zerolab.grading.answers import with_solutions
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
 
@@ -50,21 +52,25 @@ def scores(root, name, student, grade_ids):
         return {gid: gradebook.find_grade(gid, name, name, student).auto_score for gid in grade_ids}
 
 
+def release_lesson(root, name):
+    """nbgrader generate_assignment for one lesson: (source notebook, release notebook, {test grade_id: points})."""
+    source = nbformat.read(str(root / "source" / name / f"{name}.ipynb"), as_version=4)
+    rc, log = nbgrader(root, "generate_assignment", name, "--force")
+    assert rc == 0, log
+    release = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
+    return source, release, graded_cells(source)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LESSONS)
 def test_autograde_three_submissions(course_root, name):
-    source = nbformat.read(str(course_root / "source" / name / f"{name}.ipynb"), as_version=4)
-    rc, log = nbgrader(course_root, "generate_assignment", name, "--force")
-    assert rc == 0, log
-    release = nbformat.read(str(course_root / "release" / name / f"{name}.ipynb"), as_version=4)
-    points = graded_cells(source)
+    source, release, points = release_lesson(course_root, name)
     assert points, f"{name} has no graded cells"
 
     exercise = next(c for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")
                     and c.cell_type == "code")
     first_id = exercise.metadata["nbgrader"]["grade_id"]
-    one_right = nbformat.from_dict(release)
-    next(c for c in one_right.cells if c.metadata.get("nbgrader", {}).get("grade_id") == first_id).source = exercise.source
+    one_right = with_solutions(release, source, only=[first_id])
 
     submit(course_root, name, "solved", source)
     submit(course_root, name, "untouched", release)

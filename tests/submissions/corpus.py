@@ -11,6 +11,8 @@ from pathlib import Path
 
 import nbformat
 
+from zerolab.grading.answers import with_solutions
+
 LESSON = "01_where_memory_goes"
 SOURCE = Path(__file__).resolve().parents[2] / "autograder" / "source" / LESSON / f"{LESSON}.ipynb"
 POINTS = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"].get("points", 0)
@@ -224,13 +226,7 @@ def correct_notebook(course):
     """The release notebook with every solution cell taken from the instructor's source."""
     release = nbformat.read(course / "release" / LESSON / f"{LESSON}.ipynb", as_version=4)
     source = nbformat.read(course / "source" / LESSON / f"{LESSON}.ipynb", as_version=4)
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    for c in release.cells:
-        grade_id = c.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            c.source = answers[grade_id]
-    return release
+    return with_solutions(release, source)
 
 
 def write_submissions(course):
