@@ -1,5 +1,7 @@
 """Fast checks of the grading pieces that need no kernel: the static scan, the metadata repair, the
 feedback scrubber and the limits read from nbgrader_config.py."""
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -17,7 +19,7 @@ from zerolab.grading.coursedir import Course, parse_size
     ("plain = lambda value, name=None: value", "rebinds 'plain'"),
     ("len = lambda x: 4", "rebinds 'len'"),
     ("open('../../../source/x/x.ipynb').read()", "outside its own folder"),
-    ("paths = ['/root/solutions.ipynb']", "outside its own folder"),
+    ("paths = ['/root/solutions.ipynb']\ntext = open(paths[0]).read()", "outside its own folder"),
     ("import os\nos._exit(0)", "calls os._exit"),
     ("import socket", "network"),
     ("get_ipython().input_transformers_cleanup.append(lambda lines: [])", "get_ipython"),
@@ -33,6 +35,7 @@ def test_scan_flags_what_honest_solutions_do_not_need(source, finding):
     "result = f(1) / 2\nprint(f'{result:.1%}')",
     "%timeit sum(range(10))\nx = 1",
     "def broken(:",  # syntax errors fail when run; not a finding
+    'config = {"offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}',  # a path as config text
 ])
 def test_scan_leaves_honest_code_alone(source):
     assert scan.scan_cell(source, helpers={"plain"}) == []
@@ -102,3 +105,14 @@ def test_sandbox_mounts_under_tmp_stay_visible_over_the_private_tmp(tmp_path):
     private_tmp = argv.index("/tmp", argv.index(str(tmp_path / "scratch")))
     venv_bind = max(i for i, word in enumerate(argv) if word == venv)
     assert private_tmp < venv_bind
+
+
+@pytest.mark.parametrize("source", sorted(Path(__file__).resolve().parents[1].glob("autograder/source/*/*.ipynb")),
+                         ids=lambda path: path.stem)
+def test_the_course_solutions_raise_no_review_flag(source):
+    """An honest, correct student must come out `graded`, not `review`: scan every lesson's own solutions."""
+    from zerolab.grading.answers import with_solutions
+
+    release = nbformat.read(str(source.parents[3] / "lessons" / f"{source.stem}.ipynb"), as_version=4)
+    solved = with_solutions(release, nbformat.read(str(source), as_version=4))
+    assert sanitize.findings(solved, release) == []

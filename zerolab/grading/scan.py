@@ -2,7 +2,7 @@
 
 It flags (for a human to review, it does not change the score): rebinding a builtin or a test helper, changing
 attributes of imported modules (builtins.abs = ..., checks.plain = ...), touching sys.modules, get_ipython,
-tracing hooks, ctypes, paths outside the submission folder, starting or ending processes, network access.
+tracing hooks, ctypes, paths outside the submission folder (in a cell that can reach files), starting or ending processes, network access.
 Simple rules, said plainly in the reason, rather than a clever detector with surprising answers.
 """
 import ast
@@ -61,7 +61,7 @@ def scan_cell(source, helpers=()):
             if called in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in (
                     "builtins", "__builtins__", *imported, *helpers):
                 flag(node, f"calls {called} on {ast.unparse(node.args[0])}")
-        elif _outside_path(node):
+        elif _outside_path(node) and _touches_files(tree):
             flag(node, f"uses the path {_outside_path(node)!r}, outside its own folder")
     return sorted(set(findings), key=lambda text: int(text.split()[1].rstrip(":")) if text.split()[1][0].isdigit() else 0)
 
@@ -110,6 +110,23 @@ def _dotted(node):
     if isinstance(node, ast.Name):
         return ".".join([node.id, *reversed(parts)])
     return ""
+
+
+FILE_MODULES = {"os", "pathlib", "glob", "shutil", "sqlite3", "io", "tempfile"}
+FILE_CALLS = {"open", "Path", "read_text", "read_bytes", "write_text", "write_bytes", "listdir", "scandir", "walk",
+              "glob", "iglob", "connect", "copy", "copyfile", "copytree", "rmtree", "remove", "unlink", "rename"}
+
+
+def _touches_files(tree):
+    """Whether a cell can reach files at all: a path in a config dict (nvme_path) is only text without this."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in FILE_MODULES for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FILE_MODULES:
+            return True
+        if isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] in FILE_CALLS:
+            return True
+    return False
 
 
 def _outside_path(node):
