@@ -10,10 +10,10 @@ import pytest
 from zerolab.comm import bucket_buffer_bytes
 
 PROBE = textwrap.dedent("""
-    import json, os, socket, sys
+    import json, os, sys
     import torch, deepspeed
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    from zerolab.run.launch import free_port
+    port = free_port()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
     overlap, contiguous, bucket = json.loads(sys.argv[1])
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))

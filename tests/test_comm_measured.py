@@ -5,7 +5,6 @@ micro-steps is recorded on rank 0. Scalars (the gradient norm, the overflow flag
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ import textwrap
 import pytest
 
 from zerolab.comm import traffic
+from zerolab.run.launch import free_port
 
 GAS = 2
 PROBE = textwrap.dedent("""
@@ -41,12 +41,6 @@ PROBE = textwrap.dedent("""
     if os.environ["RANK"] == "0":
         print("CALLS", sum(p.numel() for p in model.parameters()), json.dumps(calls))
 """)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def record_one_step(stage):
