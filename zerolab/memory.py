@@ -41,6 +41,9 @@ PRECISIONS = ("fp16", "bf16", "fp32")
 ACCOUNTINGS = ("paper", "deepspeed")
 DEFAULT_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor default
 GPT2_VOCAB = 50257  # GPT-2 / GPT-3 BPE vocabulary, used for the default largest layer
+# The fp32 state the optimizer keeps per parameter, what optimizer offload moves to the host: DeepSpeed's "16"
+# (docs/code-docs/source/memory.rst: 4 B params + 4 B grads + 4 B momentum + 4 B variance, all fp32).
+FP32_OPTIMIZER_STATE = {"fp32_grads": 4, "master_weights": 4, "optimizer_states": 8}
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ def _deepspeed(params, stage, gpus_per_node, nodes, offload_optimizer, offload_p
     total_gpus = nodes * gpus_per_node
     half = 4 if precision == "fp32" else 2
     # Per-parameter bytes of the optimizer side, in DeepSpeed's order (its "18" with 16-bit training).
-    optimizer_side = {"grads": half, "fp32_grads": 4, "master_weights": 4, "optimizer_states": 8}
+    optimizer_side = {"grads": half, **FP32_OPTIMIZER_STATE}
     if stage in (0, 1, 2):
         gpu = {"params": half * params}
         partitioned = dict(optimizer_side)
@@ -204,8 +207,8 @@ def _deepspeed(params, stage, gpus_per_node, nodes, offload_optimizer, offload_p
         partitioned_over = 1 if stage == 0 else total_gpus
         if offload_optimizer == "cpu":
             partitioned = {}
-            cpu = _host(params, [max(4 * total_gpus, 16), buffer_factor], {"fp32_grads": 4 * params, "master_weights": 4 * params, "optimizer_states": 8 * params},
-                        load_peak=4 * total_gpus * params)
+            offloaded = {name: b * params for name, b in FP32_OPTIMIZER_STATE.items()}
+            cpu = _host(params, [max(4 * total_gpus, 16), buffer_factor], offloaded, load_peak=4 * total_gpus * params)
         else:
             cpu = _host(params, [4, gpus_per_node, buffer_factor], {}, load_peak=4 * gpus_per_node * params)
         gpu.update(_split(partitioned, params, partitioned_over))
@@ -220,7 +223,7 @@ def _deepspeed(params, stage, gpus_per_node, nodes, offload_optimizer, offload_p
     gpu.update(_split(on_gpu, params, total_gpus))
     host_terms, nvme_terms = {}, {}
     for device, terms in ((offload_param, {"params": half}),
-                          (offload_optimizer, {"fp32_grads": 4, "master_weights": 4, "optimizer_states": 8})):
+                          (offload_optimizer, FP32_OPTIMIZER_STATE)):
         if device == "cpu":
             host_terms.update(terms)
         elif device == "nvme":
