@@ -33,6 +33,7 @@ NBGRADER_KEYS = ("grade", "grade_id", "locked", "schema_version", "solution")
 
 sys.path.insert(0, str(ROOT))  # build from a checkout even where zerolab is not installed
 from zerolab import course  # noqa: E402
+from zerolab.tools import env_with_interpreter_bin, python_module  # noqa: E402
 
 
 class BuildError(Exception):
@@ -135,8 +136,9 @@ def release_notebooks(notebooks):
         shutil.copy(AUTOGRADER / "nbgrader_config.py", root / "nbgrader_config.py")
         for name, nb in notebooks.items():
             write(nb, root / "source" / name / f"{name}.ipynb")
-            done = subprocess.run(["nbgrader", "generate_assignment", name, "--force", "--CourseDirectory.root=" + tmp],
-                                  cwd=tmp, capture_output=True, text=True)
+            done = subprocess.run(python_module("nbgrader", "generate_assignment", name, "--force",
+                                                "--CourseDirectory.root=" + tmp),
+                                  cwd=tmp, capture_output=True, text=True, env=env_with_interpreter_bin())
             if done.returncode != 0:
                 raise BuildError(f"nbgrader generate_assignment {name} failed:\n{done.stdout}{done.stderr}")
             releases[name] = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)

@@ -1,6 +1,5 @@
 """comm.bucket_buffer_bytes against the buffers a real DeepSpeed ZeRO-2 optimizer allocates (one CPU rank)."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -8,6 +7,7 @@ import textwrap
 import pytest
 
 from zerolab.comm import bucket_buffer_bytes
+from zerolab.tools import env_with_interpreter_bin
 
 PROBE = textwrap.dedent("""
     import json, os, sys
@@ -42,7 +42,7 @@ PROBE = textwrap.dedent("""
 def test_bucket_buffers_match_what_deepspeed_allocates(overlap, contiguous):
     bucket = 3000
     result = subprocess.run([sys.executable, "-c", PROBE, json.dumps([overlap, contiguous, bucket])],
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+                            capture_output=True, text=True, timeout=300, env={**env_with_interpreter_bin(), "DS_ACCELERATOR": "cpu"})
     line = [row for row in result.stdout.splitlines() if row.startswith("BUCKETS")]
     assert line, result.stdout[-2000:] + result.stderr[-3000:]
     allocated = sum(json.loads(line[0].split(" ", 1)[1]))

@@ -13,6 +13,7 @@ import pytest
 
 from zerolab.comm import traffic
 from zerolab.run.launch import free_port
+from zerolab.tools import env_with_interpreter_bin
 
 GAS = 2
 PROBE = textwrap.dedent("""
@@ -47,7 +48,7 @@ def record_one_step(stage):
     port = str(free_port())
     ranks = []
     for rank in (0, 1):
-        env = {**os.environ, "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+        env = {**env_with_interpreter_bin(), "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
         ranks.append(subprocess.Popen([sys.executable, "-c", PROBE, str(stage), str(GAS)], env=env, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))

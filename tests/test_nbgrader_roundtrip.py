@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from zerolab.grading.answers import with_solutions
+from zerolab.tools import env_with_interpreter_bin, python_module
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
@@ -28,8 +29,8 @@ def course_root(tmp_path_factory):
 
 
 def nbgrader(root, *args):
-    done = subprocess.run(["nbgrader", *args, f"--CourseDirectory.root={root}"], cwd=root,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(python_module("nbgrader", *args, f"--CourseDirectory.root={root}"), cwd=root,
+                          env=env_with_interpreter_bin(), capture_output=True, text=True, timeout=900)
     return done.returncode, done.stdout + done.stderr
 
 

@@ -5,9 +5,11 @@ and run(args) -> exit status. Modules import heavy packages (torch, deepspeed) i
 """
 import argparse
 import importlib
+import os
 import sys
 
 from zerolab.errors import UserError
+from zerolab.tools import env_with_interpreter_bin
 
 COMMANDS = ("estimate", "check", "explain", "diff", "run", "grade")
 
@@ -47,6 +49,9 @@ def build_parser():
 
 
 def main(argv=None):
+    # `.venv/bin/zerolab` without an activated venv: what we start, and what nbgrader (alembic) and DeepSpeed
+    # (ninja) start by name, must still come from this interpreter's folder.
+    os.environ["PATH"] = env_with_interpreter_bin()["PATH"]
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -23,6 +23,7 @@ import psutil
 
 from zerolab.run.diagnose import RunFailed, RunTimeout, explain_failure
 from zerolab.run.worker import EVENT_PREFIX
+from zerolab.tools import env_with_interpreter_bin
 
 PORT_ATTEMPTS = 3
 PORT_IN_USE = ("EADDRINUSE", "address already in use")
@@ -63,7 +64,7 @@ def _run_ranks(job_path, device, result_dir, ranks, deadline, timeout, on_event,
     processes = []
     try:
         for rank in range(ranks):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+            env = dict(env_with_interpreter_bin(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                        LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
                        PYTHONUNBUFFERED="1")
             env["DS_ACCELERATOR"] = device  # DeepSpeed's accelerator names match ours: cpu, cuda
