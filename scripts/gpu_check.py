@@ -5,6 +5,9 @@
 It trains a GPT-shaped model (sized to fit a 16 GB T4 with room to spare) through zerolab.run on one GPU,
 then prints the GPU memory DeepSpeed really allocated next to zerolab.memory's prediction of the model
 states on the GPU (ZeRO-2 + offload keeps only the fp16 parameters there: 2 bytes per parameter).
+Before that it measures the activation peak of a stack of the paper's GPT blocks (zerolab.run.blocks, bf16,
+explicit attention with dropout): torch.cuda.max_memory_allocated during the forward pass, minus what was
+allocated before it, next to zerolab.activations (on CUDA, dropout keeps 1-byte masks, as the paper counts).
 Where there is no CUDA it says so and exits 0.
 """
 import argparse
@@ -34,6 +37,7 @@ def main(argv=None):
         return 0
     print(f"gpu_check: {torch.cuda.get_device_name(0)}, "
           f"{format_bytes(torch.cuda.get_device_properties(0).total_memory, 'GiB')}")
+    activation_ok = activation_peak(torch, layers=4, hidden=1024, heads=16, seq_len=1024, micro_batch=4)
     spec = ModelSpec(layers=args.layers, width=args.width, heads=max(1, args.width // 64), vocab=args.vocab,
                      seq_len=args.seq_len)
     config = make_config(stage=2, offload_optimizer="cpu", precision="fp16", micro_batch=args.micro_batch)
@@ -64,8 +68,42 @@ def main(argv=None):
           f"live on the host (predicted {result.predicted['optimizer_state_bytes']:,} B and "
           f"{result.predicted['master_weight_bytes']:,} B); loss {result.loss[0]:.3f} -> {result.loss[-1]:.3f}")
     ok = abs(after_init - rows[0][1]) <= 0.05 * rows[0][1] + REDUCE_BUCKET * 2 * 2 and result.loss[-1] < result.loss[0]
+    ok = ok and activation_ok
     print("gpu_check: OK" if ok else "gpu_check: CHECK BY HAND (numbers above)")
     return 0 if ok else 1
+
+
+def activation_peak(torch, layers, hidden, heads, seq_len, micro_batch):
+    """Forward peak of a block stack on the GPU against the paper's and the CPU-measured (real_block) accountings."""
+    from zerolab.activations import activation_memory
+    from zerolab.models import Decoder
+    from zerolab.run.blocks import GPTBlock
+
+    model = Decoder("check", layers, hidden, heads, 4 * hidden, 1000)
+    blocks = torch.nn.ModuleList(GPTBlock(model, "standard") for _ in range(layers)).to("cuda", torch.bfloat16)
+    x = torch.randn(micro_batch, seq_len, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device="cuda"), diagonal=1)
+    blocks[0](x, mask).float().sum().backward()  # warm-up: cuBLAS workspace and kernels allocated before measuring
+    x.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y = x
+    for block in blocks:
+        y = block(y, mask)
+    torch.cuda.synchronize()
+    kept = torch.cuda.memory_allocated() - before - y.numel() * y.element_size()
+    peak = torch.cuda.max_memory_allocated() - before
+    y.float().sum().backward()
+    print(f"activations of {layers} GPT blocks (h={hidden}, a={heads}, s={seq_len}, b={micro_batch}, bf16, dropout):")
+    for accounting in ("paper", "real_block"):
+        predicted = activation_memory(model, seq_len, micro_batch, "bf16", "standard", "none", accounting).blocks_bytes
+        print(f"  predicted, {accounting:10} accounting: {format_bytes(predicted, 'GB')} "
+              f"(measured / predicted = {kept / predicted:.3f})")
+    print(f"  measured kept after forward (memory_allocated): {format_bytes(kept, 'GB')}; "
+          f"forward peak (max_memory_allocated): {format_bytes(peak, 'GB')}")
+    paper = activation_memory(model, seq_len, micro_batch, "bf16", "standard", "none", "paper").blocks_bytes
+    return abs(kept - paper) <= 0.1 * paper
 
 
 if __name__ == "__main__":
