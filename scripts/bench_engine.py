@@ -2,8 +2,9 @@
 
     python scripts/bench_engine.py
 
-Prints microseconds per estimate row and per traffic/step_time call, and the wall time of
-`import zerolab` and `zerolab estimate` in a fresh interpreter, with the heavy modules each one loaded.
+Prints microseconds per estimate row and per traffic/step_time call, milliseconds per full `fit` table (target:
+under 50 ms, so a widget can call it on every change), and the wall time of `import zerolab` and
+`zerolab estimate` in a fresh interpreter, with the heavy modules each one loaded.
 """
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import time
 import timeit
 
 from zerolab.comm import step_time, traffic
+from zerolab.fit import fit
+from zerolab.models import preset
 from zerolab.memory import combinations, estimate
 
 
@@ -33,6 +36,9 @@ def main():
     t = traffic(13 * 10**9, 2, 8, grad_accum=4)
     print(f"traffic():                      {per_call_us(lambda: traffic(13 * 10**9, 2, 8, grad_accum=4)):7.1f} us")
     print(f"step_time(overlap_comm=True):   {per_call_us(lambda: step_time(t, 1.0, overlap_comm=True)):7.1f} us")
+    for name, nodes in (("llama2-13b", 1), ("llama3-70b", 4)):
+        ms = per_call_us(lambda: fit(preset(name), 4096, 80 * 10**9, 8, nodes), number=20) / 1000
+        print(f"fit({name}, 8 x {nodes} GPUs):    {ms:7.1f} ms per full table (target < 50 ms)")
     heavy = "import sys; print([m for m in ('torch', 'deepspeed', 'matplotlib', 'ipywidgets') if m in sys.modules])"
     seconds, loaded = fresh_interpreter("import zerolab.memory, zerolab.comm; " + heavy)
     print(f"import zerolab.memory, comm:    {seconds:7.2f} s  heavy modules loaded: {loaded}")

@@ -11,11 +11,12 @@ import sys
 from zerolab.errors import UserError
 from zerolab.tools import env_with_interpreter_bin
 
-COMMANDS = ("estimate", "check", "explain", "diff", "run", "grade")
+COMMANDS = ("estimate", "fit", "check", "explain", "diff", "run", "grade")
 
 EPILOG = """examples:
   zerolab estimate --params 13B --gpus-per-node 8            every stage and offload, as a table
   zerolab estimate --params 13B --gpus-per-node 8 --stage 2 --offload-optimizer cpu --accounting deepspeed
+  zerolab fit --model llama2-13b --seq-len 4096 --gpu-memory 80GB --gpus-per-node 8   what fits, with what micro-batch
   zerolab check ds_config.json --world-size 8                would DeepSpeed accept it? what does it silently ignore?
   zerolab explain ds_config.json --params 7B --gpus-per-node 8
   zerolab diff a.json b.json --params 7B --gpus-per-node 8

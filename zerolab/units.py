@@ -54,3 +54,16 @@ def format_bytes(n, unit="GB"):
     if value < 0.1:
         return f"{value:.3f} {unit}"
     return f"{value:.2f} {unit}"
+
+
+_BYTES = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+_BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": GB, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": GiB,
+               "tib": 2**40}
+
+
+def parse_bytes(text):
+    """Bytes from '80GB' (80 x 10**9), '80GiB' (80 x 2**30), '1TB', '512MiB'. The unit is required."""
+    match = _BYTES.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a memory size; write e.g. 80GB (10^9 bytes each), 80GiB (2^30) or 1TB")
+    return int(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])

@@ -1,0 +1,109 @@
+"""zerolab.fit and `zerolab fit`: what fits is ranked, what does not says why, every emitted config passes check."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zerolab import budget
+from zerolab.activations import RECOMPUTE
+from zerolab.config import check_config
+from zerolab.fit import ds_config, fit
+from zerolab.memory import combinations
+from zerolab.models import preset
+from zerolab.units import GB
+
+
+def zerolab(*args):
+    return subprocess.run([sys.executable, "-m", "zerolab", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_rows_fit_and_rejections_name_a_line():
+    result = fit(preset("llama2-13b"), 4096, 80 * GB, gpus_per_node=8, host_memory=400 * GB)
+    assert result.rows and result.rejected
+    for option in result.rows:
+        assert 1 <= option.micro_batch and option.budget.gpu_bytes <= 80 * GB
+        assert option.budget.host_bytes <= 400 * GB
+    for option in result.rejected:
+        assert option.micro_batch == 0
+        assert option.reason.startswith("host:") or any(f"GPU: {line} overflows" in option.reason
+                                                        for line in budget.LINES)
+    assert any(o.reason.startswith("host:") for o in result.rejected)  # DeepSpeed's fp32 load peak at stage 0-2
+    assert len(result.rows) + len(result.rejected) == len(combinations()) * len(RECOMPUTE)
+
+
+def test_ranking_puts_least_traffic_first():
+    rows = fit(preset("gpt3-6.7b"), 2048, 80 * GB, gpus_per_node=8).rows
+    wire = [o.traffic.wire_bytes for o in rows]
+    assert wire == sorted(wire)
+    assert rows[0].stage < 3 and rows[-1].stage == 3  # ZeRO-3 sends 1.5x: last
+
+
+GRID = [(name, gpu, gpus, nodes) for name in ("gpt3-1.3b", "llama2-13b", "llama3-70b")
+        for gpu in (24, 80, 141) for gpus, nodes in ((1, 1), (8, 1), (8, 4))]
+
+
+@pytest.mark.parametrize("name, gpu_gb, gpus_per_node, nodes", GRID)
+def test_every_emitted_config_passes_zerolab_check(name, gpu_gb, gpus_per_node, nodes):
+    result = fit(preset(name), 4096, gpu_gb * GB, gpus_per_node, nodes)
+    seen = set()
+    for option in result.rows:
+        kind = (option.stage, option.offload_optimizer, option.offload_param)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        config = ds_config(option, result.world_size)
+        report = check_config(config, world_size=gpus_per_node * nodes)
+        assert report.valid, (kind, report.as_dict())
+        assert not report.warnings, (kind, report.as_dict())
+        assert config["train_micro_batch_size_per_gpu"] == option.micro_batch
+
+
+def test_cli_table_and_json_carry_the_same_rows():
+    args = ("fit", "--model", "llama2-13b", "--seq-len", "4096", "--gpu-memory", "80GB", "--gpus-per-node", "8")
+    table, as_json = zerolab(*args), zerolab(*args, "--json")
+    assert table.returncode == 0 and as_json.returncode == 0, table.stderr + as_json.stderr
+    data = json.loads(as_json.stdout)
+    numbered = [line.split() for line in table.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert len(numbered) == len(data["rows"])
+    for cells, row in zip(numbered, data["rows"]):
+        assert (int(cells[1]), cells[2], cells[3], int(cells[4])) == (
+            row["stage"], f"{row['offload_optimizer']}/{row['offload_param']}", row["recompute"], row["micro_batch"])
+        assert set(row) >= {"gpu_bytes", "gpu_lines", "host_bytes_per_node", "wire_bytes_per_step",
+                            "pcie_bytes_per_step", "reason"}
+    assert "Does not fit:" in table.stdout and "overflows" in table.stdout
+
+
+def test_cli_emit_config_passes_check(tmp_path):
+    result = zerolab("fit", "--params", "7B", "--seq-len", "2048", "--gpu-memory", "40GB", "--gpus-per-node", "4",
+                     "--nodes", "2", "--emit-config", "2")
+    assert result.returncode == 0, result.stderr
+    path = tmp_path / "ds_config.json"
+    path.write_text(result.stdout)
+    check = zerolab("check", str(path), "--world-size", "8")
+    assert check.returncode == 0, check.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "llama-13", "--gpu-memory", "80GB"], "--model"),
+    (["--params", "13Q", "--gpu-memory", "80GB"], "--params"),
+    (["--model", "llama2-7b", "--gpu-memory", "80"], "--gpu-memory"),
+    (["--model", "llama2-7b", "--gpu-memory", "80GB", "--hidden", "4096"], "--params"),
+    (["--params", "13B", "--hidden", "5000", "--heads", "48", "--gpu-memory", "80GB"], "multiple of heads"),
+    (["--model", "gpt3-175b", "--seq-len", "8192", "--gpu-memory", "16GB", "--emit-config", "1"], "nothing fits"),
+    (["--model", "llama2-7b", "--gpu-memory", "80GB", "--seq-len", "0"], "--seq-len"),
+    (["--gpu-memory", "80GB"], "--model"),
+])
+def test_bad_input_gets_one_line_and_exit_2(args, needle):
+    result = zerolab("fit", *args)
+    assert result.returncode == 2, result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("zerolab: error:")]
+    assert len(errors) == 1 and needle in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_teaches_with_examples():
+    result = zerolab("fit", "--help")
+    assert result.returncode == 0
+    for needle in ("examples:", "--emit-config", "llama2-13b", "fragmentation", "zerolab check"):
+        assert needle in result.stdout
