@@ -53,3 +53,13 @@ def test_overflow_names_the_line_where_the_running_total_passes_the_gpu():
     assert plan.overflow(10**15) is None
     states_and_buckets = plan.gpu["model_states"] + plan.gpu["communication_buckets"]
     assert plan.overflow(states_and_buckets + 1) == "activations"
+
+
+def test_budget_figure_draws_the_budget_lines():
+    from zerolab import plots
+
+    fig = plots.budget_by_stage("llama2-7b", 8, 4096, 2, ("full",))
+    heights = [patch.get_height() for patch in fig.axes[0].patches]
+    drawn_zero2 = sum(heights[2 * len(budget.LINES):3 * len(budget.LINES)])  # bars: stage 0, 1, 2, 3 in order
+    plan = budget.budget(MODEL, 2, 4096, 2, gpus_per_node=8, recompute="full")
+    assert drawn_zero2 == pytest.approx(plan.gpu_bytes / GB)

@@ -106,3 +106,39 @@ def overlap_timeline(params, stage=2, world_size=8, compute_s=1.0, grad_accum=1,
     fig.suptitle(f"{STAGE_NAMES[stage]}, {units.format_count(params)} parameters, {world_size} GPUs, link {link}, "
                  f"grad_accum={grad_accum}, compute {compute_s:g} s", fontsize=10)
     return fig
+
+
+BUDGET_COLORS = {"model_states": "#4C72B0", "communication_buckets": "#CCB974", "activations": "#DD8452",
+                 "cuda_context": "#8C8C8C", "fragmentation": "#BBBBBB"}
+
+
+def budget_by_stage(model="13B", gpus=8, seq_len=2048, micro_batch=1, recomputes=("none",), precision="bf16",
+                    gpu_memory=None):
+    """The whole per-GPU budget (zerolab.budget) of each ZeRO stage without offload, one panel per recomputation.
+
+    ``model`` is a preset name ('llama2-7b') or a parameter count ('13B', a GPT-3-shaped decoder).
+    """
+    from zerolab import budget, models
+
+    decoder = models.PRESETS.get(str(model).lower()) or models.from_params(units.parse_count(model))
+    fig, axes = _figure(width=3.2 * len(recomputes) + 1.5, cols=len(recomputes), sharey=True)
+    seen = {}
+    for ax, recompute in zip(axes, recomputes):
+        for stage in memory.STAGES:
+            plan = budget.budget(decoder, stage, seq_len, micro_batch, gpus_per_node=gpus, precision=precision,
+                                 recompute=recompute)
+            bottom = 0.0
+            for line, nbytes in plan.gpu.items():
+                seen[line] = ax.bar(STAGE_NAMES[stage], nbytes / units.GB, bottom=bottom, color=BUDGET_COLORS[line])
+                bottom += nbytes / units.GB
+            ax.text(STAGE_NAMES[stage], bottom, units.format_bytes(plan.gpu_bytes), ha="center", va="bottom",
+                    fontsize=8)
+        if gpu_memory:
+            ax.axhline(gpu_memory / units.GB, color="black", linestyle="--", linewidth=1)
+        ax.set_title(f"recompute: {recompute}")
+        ax.margins(y=0.15)
+    axes[0].set_ylabel("per GPU (GB)")
+    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=8)
+    fig.suptitle(f"{decoder.name} ({units.format_count(decoder.params())} parameters), {gpus} GPUs, sequence "
+                 f"{seq_len}, micro-batch {micro_batch}, {precision}, flash attention", fontsize=10)
+    return fig

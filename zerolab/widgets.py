@@ -55,8 +55,13 @@ def _view(draw, controls, static_args):
     return box
 
 
-def memory_explorer(params="13B", gpus=8, accounting="paper", precision="fp16"):
-    """Per-GPU model states of every stage at a GPU count (static: 1, gpus and 64 GPUs side by side)."""
+def memory_explorer(params="13B", gpus=8, accounting="paper", precision="fp16", seq_len=None, micro_batch=1,
+                    recompute="none"):
+    """Per-GPU model states of every stage at a GPU count (static: 1, gpus and 64 GPUs side by side).
+
+    With ``seq_len``: the whole budget with activations, and sequence, micro-batch and recomputation controls."""
+    if seq_len is not None:
+        return _budget_explorer(params, gpus, precision, seq_len, micro_batch, recompute)
     controls = {}
     if static_reason() is None:
         import ipywidgets as w
@@ -115,3 +120,30 @@ def _links():
     from zerolab import comm
 
     return [name for name in comm.BANDWIDTHS if not name.startswith("pcie")]
+
+
+def _budget_explorer(model, gpus, precision, seq_len, micro_batch, recompute):
+    """memory_explorer with a sequence length: the whole per-GPU budget, activations included, of every stage.
+
+    Static fallback: the fixed set recompute none / selective / full side by side."""
+    controls = {}
+    if static_reason() is None:
+        import ipywidgets as w
+
+        controls = {
+            "model": w.Text(value=str(model), description="model"),
+            "gpus": w.SelectionSlider(options=GPU_COUNTS, value=gpus, description="GPUs"),
+            "precision": w.Dropdown(options=["bf16", "fp16", "fp32"], value=precision, description="precision"),
+            "seq_len": w.SelectionSlider(options=SEQ_LENS, value=seq_len, description="sequence"),
+            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=64, description="micro-batch"),
+            "recompute": w.Dropdown(options=["none", "selective", "full"], value=recompute, description="recompute"),
+        }
+
+    def draw(model, gpus, precision, seq_len, micro_batch, recompute=None, recomputes=None):
+        return plots.budget_by_stage(model, gpus, seq_len, micro_batch, recomputes or (recompute,), precision)
+
+    return _view(draw, controls, dict(model=model, gpus=gpus, precision=precision, seq_len=seq_len,
+                                      micro_batch=micro_batch, recomputes=("none", "selective", "full")))
+
+
+SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
