@@ -107,3 +107,11 @@ def test_help_teaches_with_examples():
     assert result.returncode == 0
     for needle in ("examples:", "--emit-config", "llama2-13b", "fragmentation", "zerolab check"):
         assert needle in result.stdout
+
+
+def test_fit_loads_neither_torch_nor_deepspeed():
+    code = ("import io, contextlib, sys; from zerolab.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['fit', '--model', 'llama2-7b', '--gpu-memory', '80GB'])\n"
+            "print(sorted(m for m in ('torch', 'deepspeed', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -318,3 +318,152 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # **Q: Why does DeepSpeed's estimate differ from the paper's?**
 # A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
 # fp32 load peak on the host; and it prints GiB labelled "GB".
+
+# %% [markdown]
+# ## 5. Will it fit? Activations and the whole budget
+#
+# Model states are what ZeRO partitions. Training also keeps **activations**: what the forward pass stores so
+# that the backward pass can compute the gradients. ZeRO does not partition them: every GPU keeps the
+# activations of its own micro-batch, and they grow with the sequence length and the micro-batch.
+#
+# Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4) count
+# them for one GPT layer, in 16-bit, as sbh(34 + 5as/h) bytes: s tokens per sequence, b sequences per
+# micro-batch, hidden size h, a attention heads. The 5as/h part is the s x s attention scores; a fused
+# ("flash") attention kernel keeps none of them. Two ways to keep less, paid for with compute:
+#
+# - **selective recomputation**: recompute the attention core during backward (drops the s x s part);
+# - **full recomputation** (activation checkpointing): keep only each layer's input, and run the layer's
+#   forward again during its backward.
+#
+# `zerolab.activations` counts them term by term for a decoder's shape; `zerolab.models` has published shapes:
+
+# %%
+from zerolab import activations, budget, models
+
+llama = models.preset("llama2-7b")
+print(f"{llama.name}: {units.format_count(llama.params())} parameters, {llama.layers} layers, hidden {llama.hidden}")
+for recompute in activations.RECOMPUTE:
+    act = activations.activation_memory(llama, 4096, 1, "bf16", "flash", recompute)
+    print(f"recompute {recompute:9s}: {units.format_bytes(act.total_bytes):>9} of activations per sequence of 4096 tokens")
+
+# %% [markdown]
+# With flash attention there are no scores left to drop, so selective recomputation saves almost nothing here;
+# full recomputation saves most of it. Compare these with the model states of section 2.
+#
+# ### Measured, not only modelled
+#
+# These figures are checked against real torch blocks: a hook (`torch.autograd.graph.saved_tensors_hooks`)
+# sees every tensor autograd keeps for backward. Here is the tiny GPT block that lesson 06 trains, next to
+# zerolab's accounting of that block (`real_block`: the paper's terms plus what torch really keeps on a CPU,
+# listed in `zerolab.activations`' docstring):
+
+# %%
+import torch
+
+from zerolab.run.blocks import saved_bytes
+from zerolab.run.model import Block, ModelSpec
+
+spec = ModelSpec()
+block = Block(spec)
+x = torch.randn(4, spec.seq_len, spec.width, requires_grad=True)
+causal = torch.triu(torch.ones(spec.seq_len, spec.seq_len, dtype=torch.bool), diagonal=1)
+measured, _ = saved_bytes(block, block, x, causal)
+tiny = models.Decoder("tiny", 1, spec.width, spec.heads, 4 * spec.width, spec.vocab, dropout=False)
+counted = activations.activation_memory(tiny, spec.seq_len, 4, "fp32", "torch_mha", accounting="real_block")
+print(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_bytes:,} bytes")
+
+# %% [markdown]
+# ### The whole budget of one GPU
+#
+# Will it fit is a question about the sum: model states, activations, the gradient buckets that communication
+# fills (lesson 03), the CUDA context and the allocator's fragmentation (the last two are stated allowances,
+# see `zerolab.budget`). `budget.budget` gives each as a line:
+
+# %%
+plan = budget.budget(llama, 2, 4096, 1, gpus_per_node=8, recompute="full")
+for line, nbytes in plan.gpu.items():
+    print(f"{line:22s} {units.format_bytes(nbytes):>9}")
+print(f"{'total per GPU':22s} {units.format_bytes(plan.gpu_bytes):>9}")
+
+# %% [markdown]
+# The memory explorer again, now with the whole budget: change the sequence length, the micro-batch and the
+# recomputation. Where widgets cannot render you see recompute none, selective and full side by side.
+
+# %%
+from zerolab import widgets
+
+widgets.memory_explorer(params="llama2-7b", gpus=8, seq_len=4096, micro_batch=1)
+
+# %% [markdown]
+# ### Exercise 5: will it fit?
+#
+# Write `largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute)`: the largest micro-batch for
+# which the whole per-GPU budget, `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus,
+# recompute=recompute).gpu_bytes`, is at most `gpu_bytes` (no offload, the defaults for everything else).
+# Return an `int`, and 0 when not even one sequence fits. The cell after it checks your function against
+# `zerolab fit`; hidden tests check other models, GPUs and stages.
+
+# %% nbgrader={"grade": false, "grade_id": "ex5_largest_micro_batch", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
+    """The largest micro-batch whose whole per-GPU budget fits in gpu_bytes (0 if none does)."""
+    ### BEGIN SOLUTION
+    micro = 0
+    while budget.budget(model, stage, seq_len, micro + 1, gpus_per_node=gpus,
+                        recompute=recompute).gpu_bytes <= gpu_bytes:
+        micro += 1
+    return micro
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex5_largest_micro_batch", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.fit import fit
+
+answer = largest_micro_batch(llama, 4096, 80 * GB, 8, 2, "full")
+assert isinstance(answer, int) and not isinstance(answer, bool), f"return an int, got {type(answer).__name__}"
+assert answer >= 1, "ZeRO-2 with full recomputation fits at least one sequence of Llama 2 7B on 80 GB GPUs"
+assert budget.budget(llama, 2, 4096, answer, gpus_per_node=8, recompute="full").gpu_bytes <= 80 * GB, \
+    "your micro-batch does not fit: its budget is more than gpu_bytes"
+assert budget.budget(llama, 2, 4096, answer + 1, gpus_per_node=8, recompute="full").gpu_bytes > 80 * GB, \
+    "one more sequence still fits: look for the largest micro-batch, not the first that fits"
+assert largest_micro_batch(llama, 4096, 80 * GB, 8, 0, "full") == 0, \
+    "DDP keeps all model states on every GPU: nothing fits, and the answer is then 0"
+_row = next(o for o in fit(llama, 4096, 80 * GB, 8).rows
+            if (o.stage, o.offload_optimizer, o.recompute) == (2, "none", "full"))
+assert answer == _row.micro_batch, "zerolab fit finds another micro-batch for ZeRO-2 with full recomputation"
+### BEGIN HIDDEN TESTS
+from zerolab import budget as _budget
+from zerolab import models as _models
+from zerolab.activations import activation_memory as _activation_memory
+from zerolab.checks import exact_type as _exact_type
+from zerolab.checks import plain as _plain
+
+for _name, _seq, _gpu, _gpus, _stage, _recompute in (
+        ("llama3-8b", 8192, 141 * 10**9, 8, 3, "full"), ("gpt3-1.3b", 2048, 24 * 10**9, 4, 2, "none"),
+        ("llama2-13b", 4096, 80 * 2**30, 16, 3, "selective"), ("gpt3-6.7b", 1024, 40 * 10**9, 8, 3, "full"),
+        ("llama2-70b", 4096, 80 * 10**9, 8, 2, "full")):
+    _model = _models.preset(_name)
+    _want = _budget.largest_micro_batch(_gpu, _budget.model_states(_model, _stage, _gpus),
+                                        _activation_memory(_model, _seq, 1, "bf16", "flash", _recompute),
+                                        _budget.bucket_bytes(_stage))
+    _got = _exact_type(_plain(largest_micro_batch(_model, _seq, _gpu, _gpus, _stage, _recompute),
+                              "largest_micro_batch(...)"), int)
+    assert _got == _want, f"largest_micro_batch is wrong for {_name}, sequence {_seq}, stage {_stage}, {_recompute}"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The command line answers the same question for every stage, offload and recomputation at once, ranked
+# (least traffic first), with the reason each rejected setup does not fit; find the ZeRO-2 row with full
+# recomputation and compare its micro-batch with yours. `--emit-config N` prints a ds_config for row N that
+# `zerolab check` accepts.
+
+# %%
+from zerolab.cli import main as zerolab_cli
+
+status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu-memory", "80GB", "--gpus-per-node", "8"])
+
+# %% [markdown]
+# - Activations are per GPU and per micro-batch: ZeRO does not partition them. They grow with the sequence
+#   length (and with its square, unless the attention kernel keeps no scores).
+# - Full recomputation keeps only each layer's input, for one more forward pass of compute.
+# - "Will it fit" is the sum of model states, activations, buckets and allowances; `zerolab fit` adds them up
+#   for every setup and finds the largest micro-batch of each.

@@ -635,3 +635,100 @@ assert plain(Q16, "Q16") == {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
 #   step moves the gradient and parameter partitions over PCIe; `pin_memory` is on by default.
 # - fp16 before Ampere, bf16 from Ampere; batch = micro batch x accumulation x data-parallel replicas.
 # - FSDP: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD ≈ DDP.
+
+# %% [markdown]
+# ## Q17: activations and sequence length (1 point)
+#
+# Activations are what the forward pass keeps for backward (Korthikanti et al. 2022, section 4; lesson 01,
+# section 5). A GPT layer uses an explicit softmax attention that keeps its s x s scores, and no recomputation.
+# You double the sequence length and keep the micro-batch. The layer's activation memory is multiplied by:
+#
+# - A: exactly 2
+# - B: more than 2 but less than 4
+# - C: exactly 4
+# - D: nothing: ZeRO partitions activations over the GPUs
+#
+# Set `Q17` to a letter.
+
+# %% nbgrader={"grade": false, "grade_id": "ex17_activations_sequence", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q17 = "B"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex17_activations_sequence", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert isinstance(Q17, str) and Q17.strip().upper() in "ABCD" and len(Q17.strip()) == 1, \
+    'Q17 should be one letter, e.g. Q17 = "A"'
+assert Q17.strip().upper() != "D", "ZeRO partitions model states; each GPU keeps the activations of its own micro-batch"
+assert Q17.strip().upper() == "B", "not right: which terms of sbh(34 + 5as/h) grow with s, and which with s squared?"
+### BEGIN HIDDEN TESTS
+from zerolab.activations import layer_terms
+from zerolab.checks import plain
+from zerolab.models import preset
+
+_model = preset("llama2-7b")
+_growth = (sum(layer_terms(_model, 8192, 2, "bf16", "standard").values())
+           / sum(layer_terms(_model, 4096, 2, "bf16", "standard").values()))
+assert 2 < _growth < 4
+assert plain(Q17, "Q17").strip().upper() == "B"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** B. Per layer the paper counts sbh(34 + 5as/h) bytes: the 34sbh part (inputs of the linear layers,
+# norms, GeLU) grows with s, the 5as²b part (softmax output, its dropout mask and output) with s². So the factor is
+# between 2 and 4, closer to 4 the longer the sequence. A fused ("flash") attention keeps no scores, and then the
+# answer is exactly 2; so does selective recomputation, which recomputes the scores in backward:
+
+# %%
+from zerolab.activations import layer_terms
+from zerolab.models import preset
+
+for attention in ("standard", "flash"):
+    model = preset("gpt3-13b")
+    growth = (sum(layer_terms(model, 4096, 1, "fp16", attention).values())
+              / sum(layer_terms(model, 2048, 1, "fp16", attention).values()))
+    print(f"{attention:8s} attention: 2048 -> 4096 tokens multiplies a layer's activations by {growth:.2f}")
+
+# %% [markdown]
+# ## Q18: what activation checkpointing keeps (1 point)
+#
+# Llama 2 7B (32 layers, hidden 4096) trains in bf16 with sequences of 4096 tokens, micro-batch 1 and full
+# activation recomputation (activation checkpointing): during forward each layer keeps only its input. How many
+# GB (10^9 bytes) do those kept inputs take on each GPU, all layers together? Set `Q18` to a number of GB.
+
+# %% nbgrader={"grade": false, "grade_id": "ex18_checkpointed_inputs", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q18 = 32 * 4096 * 1 * 4096 * 2 / 1e9
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex18_checkpointed_inputs", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.activations import activation_memory
+from zerolab.models import preset
+
+kept = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", "full")
+kept_gb = kept.layers * kept.layer_bytes / 1e9
+assert isinstance(Q18, (int, float)), "Q18 should be a number of GB, e.g. Q18 = 2.5"
+assert not close(Q18, kept_gb * 1e9), "that is bytes: give GB (10^9 bytes)"
+assert not close(Q18, kept_gb / 2), "bf16 takes 2 bytes per value"
+assert not close(Q18, kept_gb / 32), "every one of the 32 layers keeps its input"
+assert close(Q18, kept_gb), "not right: each layer keeps one tensor, sequence x micro-batch x hidden values"
+### BEGIN HIDDEN TESTS
+from zerolab.activations import activation_memory
+from zerolab.checks import plain
+from zerolab.models import preset
+
+_kept = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", "full")
+assert abs(plain(Q18, "Q18") - _kept.layers * _kept.layer_bytes / 1e9) <= 0.01 * _kept.layers * _kept.layer_bytes / 1e9
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Answer.** The paper's 2sbh bytes per layer, 2sbhL in all (section 4.2). That is what stays between forward and
+# backward; during the backward pass one layer at a time runs its forward again and holds its full activations, so
+# the peak is that plus one layer's worth (`zerolab.activations` counts it as `working`). Full recomputation costs
+# about one more forward pass, roughly a third more compute:
+
+# %%
+for recompute in ("none", "full"):
+    act = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", recompute)
+    print(f"recompute {recompute:4s}: kept by the layers {units.format_bytes(act.layers * act.layer_bytes):>9}, "
+          f"while one layer recomputes {units.format_bytes(sum(act.working.values())):>9}, "
+          f"total {units.format_bytes(act.total_bytes):>9}")
