@@ -129,12 +129,6 @@ def layer_terms(model, seq_len, micro_batch, precision="bf16", attention="flash"
     return t
 
 
-def paper_layer_bytes(seq_len, micro_batch, hidden, heads):
-    """The paper's closed form for one layer, 16-bit, no recomputation: sbh(34 + 5as/h)."""
-    s, b, h, a = seq_len, micro_batch, hidden, heads
-    return s * b * h * 34 + 5 * a * s * s * b
-
-
 def _shared(seq_len, attention, recompute, accounting):
     """The boolean causal mask, kept once: by explicit attention, or as an input of every checkpointed layer."""
     if accounting == "real_block" and (attention == "standard" or (attention == "torch_mha" and recompute == "full")):

@@ -1,7 +1,9 @@
 """The whole per-GPU memory budget of a ZeRO training setup, one line per thing that needs room.
 
     model_states           zerolab.memory.estimate (DeepSpeed's accounting by default: what its estimators say)
-    communication_buckets  zerolab.comm.bucket_buffer_bytes: the gradient reduce bucket (two with overlap_comm)
+    communication_buckets  zerolab.comm.bucket_buffer_bytes: the gradient reduce bucket (two with overlap_comm);
+                           DeepSpeed's stage 0 averages in buckets of the same size, stage 3 fills one of the same
+                           size too (its gathered-layer term is already in the model states)
     activations            zerolab.activations.activation_memory (the paper's accounting, with its working set)
     cuda_context           CUDA_CONTEXT_BYTES, an allowance: the CUDA context, cuBLAS and NCCL workspaces
     fragmentation          FRAGMENTATION x the allocator's lines above: the caching allocator's unusable gaps
