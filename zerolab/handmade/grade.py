@@ -94,3 +94,12 @@ def side_by_side(stage1_config, ranks=2, hyper=None, steps=4, cell=None):
     except harness.RanksFailed as failure:
         raise AssertionError(str(failure)) from None
     return results
+
+
+def zero3_sketch(ranks=2, cell=None):
+    """Run the lesson's ZeRO-3 sketch (zero3_step) on ``ranks`` ranks: elements moved, and its gradient's gap."""
+    text = cell if cell is not None else source.cell_defining("zero3_step")
+    try:
+        return harness.run({"kind": "zero3_sketch", "source": text}, ranks)
+    except harness.RanksFailed as failure:
+        raise AssertionError(str(failure)) from None

@@ -42,7 +42,8 @@ def run(job, rank):
         result = deepspeed_run(job, rank)
     else:
         namespace = learner_namespace(job["source"])
-        result = {"zero1": zero1_run, "zero2": zero2_run, "zero1_bytes": zero1_bytes_run}[kind](job, namespace)
+        result = {"zero1": zero1_run, "zero2": zero2_run, "zero1_bytes": zero1_bytes_run,
+                  "zero3_sketch": zero3_sketch_run}[kind](job, namespace)
     dist.barrier()
     dist.destroy_process_group()
     return result
@@ -131,6 +132,29 @@ def zero1_bytes_run(job, namespace):
     return {"handmade": mine, "deepspeed": deepspeed_run(job, int(os.environ["RANK"]))}
 
 
+def zero3_sketch_run(job, namespace):
+    """One step of the learner's ZeRO-3 sketch: what it moved, and how far its gradient is from the full batch's."""
+    import torch
+    import torch.distributed as dist
+
+    from zerolab.handmade import model as fixed
+
+    net = fixed.build()
+    moved, shards = namespace["zero3_step"](net, *_local_batch(0))
+    gathered = []
+    for shard in shards:  # the gradient shards of each layer, gathered here only to check them
+        pieces = [torch.empty_like(shard) for _ in range(dist.get_world_size())]
+        dist.all_gather(pieces, shard)
+        gathered.append(torch.cat(pieces))
+    reference = fixed.full_gradient()
+    got, offset = [], 0
+    for layer, flat in zip([m for m in net if isinstance(m, torch.nn.Linear)], gathered):
+        size = sum(p.numel() for p in layer.parameters())
+        got += flat[:size].tolist()
+    gap = max(abs(a - b) for a, b in zip(got, reference)) if len(got) == len(reference) else None
+    return {"moved": moved, "params": sum(fixed.numels(net)), "gradient_gap": gap}
+
+
 def deepspeed_run(job, rank):
     import deepspeed
     import deepspeed.ops
@@ -202,14 +226,20 @@ def _collect(value, found, depth):
             _collect(item, found, depth + 1)
 
 
-def _local_loss(net, step):
+def _local_batch(step):
     import torch.distributed as dist
 
     from zerolab.handmade import model as fixed
 
     inputs, targets = fixed.batch(step)
     part = fixed.rows(dist.get_rank(), dist.get_world_size())
-    return fixed.loss(net, inputs[part], targets[part])
+    return inputs[part], targets[part]
+
+
+def _local_loss(net, step):
+    from zerolab.handmade import model as fixed
+
+    return fixed.loss(net, *_local_batch(step))
 
 
 def _hyper(hyper):
