@@ -1,6 +1,6 @@
 """Lesson 08's engine (zerolab.handmade) on real gloo ranks: the solution passes on 2 and 3 ranks, each known
 wrong implementation fails with the message that names its mistake, and no rank outlives a run."""
-import time
+import resource
 
 import psutil
 import pytest
@@ -62,15 +62,26 @@ def test_the_cell_is_taken_from_the_kernel_history():
         cell_defining("g", history)
 
 
+def _cpu_seconds():
+    children, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+    return children.ru_utime + children.ru_stime + me.ru_utime + me.ru_stime
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_the_lesson_solution_passes(ranks):
-    started = time.monotonic()
-    results = grade.zero1(ranks, hyper=HIDDEN, steps=5, cell=solution_cell(ZERO1))
-    assert all(r["state_bytes"] <= verdict.fixed.adam_state_bytes() / ranks + verdict.STATE_SLACK_BYTES
-               for r in results)
-    grade.zero2(ranks, hyper=HIDDEN, steps=5, cell=solution_cell(ZERO2))
-    assert time.monotonic() - started < 120
+@pytest.mark.parametrize("exercise", [ZERO1, ZERO2])
+def test_the_solution_passes_what_its_test_cell_runs_within_60_s_on_two_idle_cores(exercise):
+    """The visible (2 ranks) and hidden (3 ranks) calls of the test cell. CPU seconds, not wall time: the
+    machine running this suite is shared, and 2 idle cores finish in about half the CPU seconds."""
+    check = grade.zero1 if exercise == ZERO1 else grade.zero2
+    started = _cpu_seconds()
+    results = check(2, cell=solution_cell(exercise))
+    check(3, hyper=HIDDEN, steps=5, cell=solution_cell(exercise))
+    cpu = _cpu_seconds() - started
+    print(f"{exercise}: {cpu:.1f} CPU seconds")
+    assert cpu / 2 < 60
+    if exercise == ZERO1:
+        assert all(r["state_bytes"] <= verdict.fixed.adam_state_bytes() / 2 + verdict.STATE_SLACK_BYTES
+                   for r in results)
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"
 
 

