@@ -315,16 +315,18 @@ print(f"largest parameter difference between yours and DeepSpeed's after the sam
 
 # %% [markdown]
 # Read the table: both keep 1/N of Adam's moments. DeepSpeed also keeps an fp32 master copy of its share, even in
-# fp32 training, and holds its gradient as the averaged partition (`averaged_gradients`), which is why its gradient
-# column is smaller than yours: your ZeRO-1 keeps every full gradient until the step, which is what exercise 3 fixes.
+# fp32 training. Its gradient column is measured after `engine.backward`, which in DeepSpeed 0.19.8 has already
+# reduced the gradients into this rank's averaged share and freed the full ones; during backward they were all
+# resident, as yours are until your `step()`. Keeping only the share from the start is what ZeRO-2 (exercise 3) does.
 
 # %% [markdown]
 # ## 5. A ZeRO-3 sketch (not graded)
 #
 # ZeRO-3 also shards the parameters: between steps a rank keeps only its share of each layer. For the forward pass it
 # all-gathers a layer's parameters, uses them and frees them; backward gathers them again, computes the layer's
-# gradients and reduce-scatters them to their owners. The cell below does that for the course's model, counting every
-# element its collectives move, and checks its gradient against the full batch's. Read it, run it, change it.
+# gradients and reduce-scatters them to their owners. The cell below does that for the course's model and checks its
+# gradient against the full batch's. It counts traffic the way the ZeRO paper does (lesson 03): a collective over a
+# tensor of n elements counts n. Read it, run it, change it.
 
 # %%
 def zero3_step(model, inputs, targets):
