@@ -35,6 +35,9 @@ LESSONS = (
            needs=("deepspeed",)),
     Lesson("07_interview_drill", "Interview drill",
            "answer the classic ZeRO questions, with the popular wrong figures corrected"),
+    Lesson("08_zero_from_scratch", "ZeRO from scratch",
+           "write ZeRO-1 (a sharded AdamW) and ZeRO-2 (sharded gradients) in torch.distributed, checked on real "
+           "ranks against AdamW and DeepSpeed", needs=("deepspeed",)),
 )
 
 

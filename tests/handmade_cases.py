@@ -1,0 +1,98 @@
+"""Lesson 08's solution cells, and the wrong implementations the graders must name.
+
+Each wrong implementation is the lesson's own solution cell with one realistic mistake written into it (the text
+it replaces must be there, so a change to the solution cannot silently turn a case into a correct one).
+`expect` is a fragment of the message the test must fail with; every one of them scores 0 on its test cell.
+"""
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON = "08_zero_from_scratch"
+
+
+def solution_cell(grade_id):
+    """The solution cell's code as a learner who solved it would have it (markers removed)."""
+    nb = nbformat.read(str(ROOT / "autograder" / "source" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line)
+
+
+def mutate(grade_id, old, new):
+    text = solution_cell(grade_id)
+    assert old in text, f"the solution of {grade_id} changed: {old!r} is gone; update this case"
+    return text.replace(old, new)
+
+
+ZERO1 = "ex2_sharded_adamw"
+ZERO2 = "ex3_shard_gradients"
+
+# name: (exercise, how to build the cell, fragment of the message it must get)
+WRONG = {
+    "zero1_no_sharding": (ZERO1, lambda: mutate(
+        ZERO1, 'state["t"], state["m"], state["v"] = 0, torch.zeros_like(grad), torch.zeros_like(grad)',
+        'state["t"], state["full"] = 0, [torch.zeros_like(p), torch.zeros_like(p)]\n'
+        '                state["m"] = state["full"][0].view(-1)[start:end]\n'
+        '                state["v"] = state["full"][1].view(-1)[start:end]'),
+        "Adam's moments are not sharded"),
+    "zero1_updates_not_shared": (ZERO1, lambda: mutate(
+        ZERO1, "for rank, ranges in enumerate(self.shares):", "for rank, ranges in []:"),
+        "the updated parameters do not reach every rank"),
+    "zero1_gradients_summed": (ZERO1, lambda: mutate(
+        ZERO1, "p.grad /= self.world_size", "pass"),
+        "summed over the 2 ranks, not averaged"),
+    "zero1_owners_differ": (ZERO1, lambda: mutate(  # rank 0 reads its share with an off-by-one index
+        ZERO1, "self.owned = self.shares[self.rank]",
+        "self.owned = self.shares[self.rank + 1 if self.rank == 0 else self.rank]"),
+        "the ranks disagree on who owns what"),
+    "zero1_decays_what_it_does_not_own": (ZERO1, lambda: _decays_whole_parameters(),
+        "decay is applied to elements more than once"),
+    "zero1_calls_zero_redundancy_optimizer": (ZERO1, lambda: (
+        "from torch.distributed.optim import ZeroRedundancyOptimizer\n\n\n"
+        "class ShardedAdamW(ZeroRedundancyOptimizer):\n"
+        "    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):\n"
+        "        super().__init__(params, optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps,\n"
+        "                         weight_decay=weight_decay)\n"),
+        "uses torch's ZeroRedundancyOptimizer, which does the sharding for you; this exercise scores 0"),
+    "zero1_calls_deepspeed": (ZERO1, lambda: mutate(
+        ZERO1, "@torch.no_grad()", "@torch.no_grad()  # DeepSpeed's would be faster:\n"
+        "    def _engine(self):\n        import deepspeed\n        return deepspeed\n\n    @torch.no_grad()"),
+        "uses DeepSpeed, which does the sharding for you; this exercise scores 0"),
+    "zero1_imports_zero_redundancy_by_a_computed_name": (ZERO1, lambda: mutate(
+        ZERO1, "self.owned = self.shares[self.rank]",
+        "self.owned = self.shares[self.rank]\n"
+        "        __builtins__['__import__']('torch.distributed.' + 'optim')"),
+        "imports torch.distributed.optim"),
+    "zero2_gradients_summed": (ZERO2, lambda: mutate(
+        ZERO2, "p.grad_shard = piece / world_size", "p.grad_shard = piece"),
+        "summed over the 2 ranks, not averaged"),
+    "zero2_shard_is_a_view_of_the_full_gradient": (ZERO2, lambda: mutate(
+        ZERO2, "p.grad_shard = piece / world_size",
+        "p.grad.view(-1)[start:end] = piece / world_size\n"
+        "                p.grad_shard = p.grad.view(-1)[start:end]"),
+        "some gradient memory outside the rank's share stays alive"),
+    "zero2_full_gradients_kept": (ZERO2, lambda: mutate(
+        ZERO2, "    for p in params:\n        p.grad = None", "    pass"),
+        "still has a .grad on rank 0: the full gradients are not freed"),
+}
+
+
+def _decays_whole_parameters():
+    """Shares updates by summing every rank's change (fine when a rank changes only what it owns), but decays the
+    whole of each parameter it owns a part of: a parameter split over two ranks is decayed twice."""
+    text = solution_cell(ZERO1)
+    start, end = text.index("        # Share the updates"), text.index("    def zero_grad")
+    text = text[:start] + (
+        "        for q, old in zip(self.all_params, before):\n"
+        "            change = q - old\n"
+        "            dist.all_reduce(change)\n"
+        "            q.copy_(old + change)\n\n") + text[end:]
+    for old, new in (("mine.mul_(1 - lr * decay)", "p.mul_(1 - lr * decay)"),
+                     ("        for index, start, end in self.owned:\n",
+                      "        before = [q.detach().clone() for q in self.all_params]\n"
+                      "        for index, start, end in self.owned:\n")):
+        assert old in text, f"the solution of {ZERO1} changed: {old!r} is gone; update this case"
+        text = text.replace(old, new, 1)
+    return text

@@ -1,0 +1,106 @@
+"""Lesson 08 through real `zerolab grade` (nbgrader in the bubblewrap sandbox where this machine has it):
+the executed solution gets full marks, the untouched release 0, a ZeRO-1 that wraps ZeroRedundancyOptimizer 0 on
+that exercise, every test cell finishes within the grading cell timeout, and no rank is left behind."""
+import csv
+import datetime
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from handmade_cases import WRONG, ZERO1
+
+REPO = Path(__file__).resolve().parent.parent
+LESSON = "08_zero_from_scratch"
+SOURCE = REPO / "autograder" / "source" / LESSON / f"{LESSON}.ipynb"
+POINTS = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+          for c in nbformat.read(str(SOURCE), as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
+CELL_TIMEOUT = float(re.search(r"c\.ZeroLab\.cell_timeout = (\d+)",
+                               (REPO / "autograder" / "nbgrader_config.py").read_text()).group(1))
+pytestmark = pytest.mark.slow
+
+
+def zerolab_grade(course, *args):
+    return subprocess.run([sys.executable, "-m", "zerolab", "grade", LESSON, "--course", str(course), *args],
+                          capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = tmp_path_factory.mktemp("grading08") / "course"
+    course.mkdir()
+    shutil.copy(REPO / "autograder" / "nbgrader_config.py", course)
+    shutil.copytree(REPO / "autograder" / "source" / LESSON, course / "source" / LESSON)
+    first = zerolab_grade(course, "--student", "nobody")  # generate_assignment only
+    assert first.returncode == 0, first.stdout + first.stderr
+    release = nbformat.read(str(course / "release" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    solved = nbformat.read(str(SOURCE), as_version=4)
+    wraps = nbformat.read(str(SOURCE), as_version=4)
+    cell = next(c for c in wraps.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ZERO1)
+    cell.source = WRONG["zero1_calls_zero_redundancy_optimizer"][1]()
+    for student, nb in (("solved", solved), ("untouched", release), ("wraps_zero_redundancy", wraps)):
+        folder = course / "submitted" / student / LESSON
+        folder.mkdir(parents=True)
+        nbformat.write(nb, str(folder / f"{LESSON}.ipynb"))
+    done = zerolab_grade(course)
+    with open(course / "grades.csv", newline="") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    return course, rows, done
+
+
+def scores(course, student):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course}/gradebook.db") as gradebook:
+        return {gid: gradebook.find_grade(gid, LESSON, LESSON, student).auto_score for gid in POINTS}
+
+
+def test_the_solution_gets_full_marks(graded):
+    course, rows, done = graded
+    assert float(rows["solved"]["score"]) == sum(POINTS.values()), (rows["solved"], done.stdout[-3000:])
+    assert rows["solved"]["status"] == "graded", rows["solved"]
+
+
+def test_the_untouched_release_gets_zero_on_every_cell(graded):
+    course, rows, _ = graded
+    assert set(scores(course, "untouched").values()) == {0.0}, rows["untouched"]
+
+
+def test_wrapping_zero_redundancy_optimizer_scores_zero_on_that_exercise_with_a_message(graded):
+    course, _, _ = graded
+    got = scores(course, "wraps_zero_redundancy")
+    assert got == {gid: (0.0 if gid == "test_" + ZERO1 else float(p)) for gid, p in POINTS.items()}
+    outputs = json.dumps([c.get("outputs", []) for c in _autograded(course, "wraps_zero_redundancy")["cells"]])
+    assert "uses torch&#x27;s ZeroRedundancyOptimizer" in outputs or "uses torch's ZeroRedundancyOptimizer" in outputs
+
+
+def test_every_test_cell_finishes_within_the_cell_timeout(graded):
+    """Wall time per cell on this (shared) machine, printed; the 60 s on two idle cores is checked in CPU
+    seconds by test_handmade.py."""
+    course, _, _ = graded
+    took = {}
+    for c in _autograded(course, "solved")["cells"]:
+        grade_id = c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        timing = c.get("metadata", {}).get("execution", {})
+        if grade_id.startswith("test_") and "iopub.execute_input" in timing:
+            took[grade_id] = (_time(timing["shell.execute_reply"]) - _time(timing["iopub.execute_input"])).total_seconds()
+    print("seconds per test cell under grading:", took)
+    assert set(took) == set(POINTS) and all(seconds < CELL_TIMEOUT for seconds in took.values()), took
+
+
+def test_no_rank_is_left_behind(graded):
+    leftover = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    assert "zerolab.handmade.rank" not in leftover
+
+
+def _autograded(course, student):
+    return json.loads((course / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text())
+
+
+def _time(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))

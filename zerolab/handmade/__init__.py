@@ -1,0 +1,9 @@
+"""ZeRO built by hand (lesson 08): run a learner's sharded optimizer on real gloo ranks and judge what it did.
+
+- partition: which flat ranges of the parameters each rank owns (DeepSpeed's equal, padded shares);
+- model: the small fixed model, its data and the one-process torch.optim.AdamW reference;
+- source: the learner's cell, taken from the kernel's history, and the libraries it may not call;
+- harness / rank: start N gloo ranks on CPU that run that cell, and collect what each rank measured;
+- verdict: compare the ranks with the reference and name the mistake;
+- sharded: the course's own ZeRO-1 optimizer, used where an exercise needs a working one from another exercise.
+"""

@@ -1,0 +1,105 @@
+"""What lesson 08's test cells call: take the learner's cell, run it on real ranks, raise the named mistake.
+
+Each function raises AssertionError with one message (no traceback of ours) and returns what the lesson may
+print once the test has passed.
+"""
+from zerolab.handmade import harness, source, verdict
+
+DEFAULT_HYPER = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
+
+
+def check_partition(partition, cases):
+    """Run the learner's partition on (numels, world_size) cases and check the properties of each answer."""
+    for numels, world_size in cases:
+        first = partition(list(numels), world_size)
+        problem = verdict.partition_problem(first, list(numels), world_size)
+        if problem is None and _plain(partition(list(numels), world_size)) != _plain(first):
+            problem = f"partition({list(numels)}, {world_size}) gives a different answer on a second call"
+        if problem:
+            raise AssertionError(problem)
+
+
+def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None):
+    """Train the learner's ShardedAdamW on ``ranks`` gloo ranks; raise what it got wrong."""
+    hyper = dict(hyper or DEFAULT_HYPER)
+    results = _run("zero1", name, cell, ranks, hyper=hyper, steps=steps)
+    _raise(verdict.zero1_problem(results, hyper, steps))
+    return results
+
+
+def zero2(ranks, hyper=None, steps=4, name="shard_gradients", cell=None):
+    """Shard gradients with the learner's shard_gradients on ``ranks`` ranks; raise what it got wrong."""
+    hyper = dict(hyper or DEFAULT_HYPER)
+    results = _run("zero2", name, cell, ranks, hyper=hyper, steps=steps)
+    _raise(verdict.zero2_problem(results, hyper, steps))
+    return results
+
+
+def learner_cell(name, cell=None):
+    """The learner's cell that defines ``name``; AssertionError (scored 0) when it calls a ready-made ZeRO."""
+    text = cell if cell is not None else source.cell_defining(name)
+    used = source.forbidden_use(text)
+    if used:
+        raise AssertionError(f"your {name} uses {used}, which does the sharding for you; this exercise scores 0 "
+                             "until it is written with torch.distributed alone")
+    return text
+
+
+def _run(kind, name, cell, ranks, **job):
+    text = learner_cell(name, cell)
+    try:
+        return harness.run(dict(job, kind=kind, source=text), ranks)
+    except harness.RanksFailed as failure:
+        raise AssertionError(str(failure)) from None
+
+
+def _raise(problem):
+    if problem:
+        raise AssertionError(problem)
+
+
+def _plain(value):
+    try:
+        return [[tuple(item) for item in ranges] for ranges in value]
+    except TypeError:
+        return repr(value)
+
+
+def deepspeed_stage1(stage1_config, ranks, hyper=None, steps=4):
+    """Train DeepSpeed stage 1 with the learner's config on ``ranks`` ranks; raise where it departs from AdamW."""
+    from zerolab.checks import plain
+    from zerolab.handmade import model as fixed
+
+    hyper = dict(hyper or DEFAULT_HYPER)
+    config = plain(stage1_config(dict(hyper), fixed.GLOBAL_BATCH, ranks), "stage1_config(...)")
+    _raise(verdict.stage1_config_problem(config))
+    try:
+        results = harness.run({"kind": "deepspeed", "config": config, "steps": steps}, ranks, timeout=120)
+    except harness.RanksFailed as failure:
+        raise AssertionError(f"DeepSpeed did not train with your config: {failure}") from None
+    _raise(verdict.deepspeed_problem(results, hyper, steps))
+    return results
+
+
+def side_by_side(stage1_config, ranks=2, hyper=None, steps=4, cell=None):
+    """The learner's ShardedAdamW and DeepSpeed stage 1 in the same ranks: per-rank bytes and parameter gap."""
+    from zerolab.handmade import model as fixed
+
+    hyper = dict(hyper or DEFAULT_HYPER)
+    config = stage1_config(dict(hyper), fixed.GLOBAL_BATCH, ranks)
+    text = learner_cell("ShardedAdamW", cell)
+    try:
+        results = harness.run({"kind": "zero1_bytes", "source": text, "config": config, "hyper": hyper,
+                               "steps": steps}, ranks, timeout=120)
+    except harness.RanksFailed as failure:
+        raise AssertionError(str(failure)) from None
+    return results
+
+
+def zero3_sketch(ranks=2, cell=None):
+    """Run the lesson's ZeRO-3 sketch (zero3_step) on ``ranks`` ranks: elements moved, and its gradient's gap."""
+    text = cell if cell is not None else source.cell_defining("zero3_step")
+    try:
+        return harness.run({"kind": "zero3_sketch", "source": text}, ranks)
+    except harness.RanksFailed as failure:
+        raise AssertionError(str(failure)) from None

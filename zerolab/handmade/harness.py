@@ -1,0 +1,107 @@
+"""Start N gloo ranks on CPU that run the learner's cell, wait for them, and always stop every one.
+
+Each rank is ``python -m zerolab.handmade.rank JOB.json`` in its own session (zerolab.run.launch.stop takes
+down the rank and whatever it started). A rank that fails writes its error; the first one stops the rest.
+Torch is imported once per rank and runs one thread, so three ranks start in seconds on two cores.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from zerolab.run.launch import free_port, stop
+from zerolab.tools import env_with_interpreter_bin
+
+COLLECTIVE_TIMEOUT = 20  # seconds a rank waits in a collective for the others before it gives up
+
+
+class RanksFailed(AssertionError):
+    """The ranks did not all finish; the message says what the learner's code did."""
+
+
+def run(job, ranks, timeout=90):
+    """Run ``job`` (kind, source, hyper, steps, ...) on ``ranks`` processes; each rank's result, in rank order."""
+    with tempfile.TemporaryDirectory(prefix="zerolab-handmade-") as folder:
+        job = dict(job, result_dir=folder, collective_timeout=job.get("collective_timeout", COLLECTIVE_TIMEOUT))
+        job_path = os.path.join(folder, "job.json")
+        with open(job_path, "w") as handle:
+            json.dump(job, handle)
+        for attempt in range(2):
+            logs = _start_and_wait(job_path, folder, ranks, timeout)
+            if logs is None:
+                break
+            if attempt == 1 or "address already in use" not in logs.lower():
+                raise RanksFailed(_failure_message(folder, ranks, logs, job))
+        return [_load(os.path.join(folder, f"rank{rank}.json")) for rank in range(ranks)]
+
+
+def _start_and_wait(job_path, folder, ranks, timeout):
+    """None when every rank finished; else the ranks' output, for the failure message."""
+    port, processes, logs = free_port(), [], []
+    for name in os.listdir(folder):
+        if name.startswith("rank"):
+            os.remove(os.path.join(folder, name))
+    try:
+        for rank in range(ranks):
+            env = dict(env_with_interpreter_bin(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                       LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
+                       OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONUNBUFFERED="1")
+            log = open(os.path.join(folder, f"log{rank}.txt"), "w+")
+            logs.append(log)
+            processes.append(subprocess.Popen([sys.executable, "-m", "zerolab.handmade.rank", job_path], env=env,
+                                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            codes = [p.poll() for p in processes]
+            if any(code not in (None, 0) for code in codes):
+                time.sleep(0.5)  # let the rank's error file land, and its peers fail on their own
+                break
+            if all(code == 0 for code in codes):
+                return None
+            time.sleep(0.05)
+    finally:
+        stop(processes)
+        text = []
+        for log in logs:
+            log.seek(0)
+            text.append(log.read()[-4000:])
+            log.close()
+    return "\n".join(text) or "(no output)"
+
+
+def _failure_message(folder, ranks, logs, job):
+    errors = [_load(os.path.join(folder, f"rank{rank}.error.json"), None) for rank in range(ranks)]
+    forbidden = next((e for e in errors if e and e["message"].startswith("FORBIDDEN")), None)
+    if forbidden:
+        return forbidden["message"].replace("FORBIDDEN: ", "") + ": implement it with torch.distributed yourself"
+    waited = [e for e in errors if e and _is_collective_failure(e["message"])]
+    mine = [(rank, e) for rank, e in enumerate(errors) if e and e["in_learner_code"] and e not in waited]
+    if mine:
+        rank, error = mine[0]
+        where = f" at line {error['line']} of your cell" if error["line"] else ""
+        return f"rank {rank} of {ranks} raised {error['type']}{where}: {error['message']}"
+    if waited or not any(errors):
+        return (f"the {ranks} ranks waited for each other and never finished (collectives give up after "
+                f"{job['collective_timeout']} s): do all ranks call the same collectives, in the same order, "
+                "on tensors of the same size?")
+    rank, error = next((rank, e) for rank, e in enumerate(errors) if e)
+    return f"rank {rank} of {ranks} failed: {error['type']}: {error['message']}\n{error['traceback'][-1500:]}"
+
+
+def _is_collective_failure(message):
+    message = message.lower()
+    return any(word in message for word in ("timed out", "timeout", "connection closed", "connection reset",
+                                              "broken pipe", "size mismatch"))
+
+
+def _load(path, missing=FileNotFoundError):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        if missing is FileNotFoundError:
+            raise RanksFailed(f"a rank finished without writing its result ({os.path.basename(path)})") from None
+        return missing

@@ -1,0 +1,75 @@
+"""The small fixed model every rank trains, its data, and the reference: one process, full batch, AdamW.
+
+Sizes are odd on purpose: the flat buffer then needs padding for some world sizes and shares end inside
+parameters, which is where hand-written partitions go wrong. The global batch divides by 2 and 3 ranks; each
+rank trains on its own rows, so the average of the ranks' gradients is the full batch's gradient.
+"""
+import torch
+
+IN, HIDDEN, OUT = 16, 61, 23
+GLOBAL_BATCH = 12
+HYPER_KEYS = ("lr", "betas", "eps", "weight_decay")
+
+
+def build(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, OUT))
+
+
+def batch(step, seed=0):
+    """The full batch of step `step` (inputs, targets), the same in every process."""
+    generator = torch.Generator().manual_seed(1000 * seed + step)
+    return torch.randn(GLOBAL_BATCH, IN, generator=generator), torch.randn(GLOBAL_BATCH, OUT, generator=generator)
+
+
+def rows(rank, world_size):
+    share = GLOBAL_BATCH // world_size
+    return slice(rank * share, (rank + 1) * share)
+
+
+def loss(model, inputs, targets):
+    return torch.nn.functional.mse_loss(model(inputs), targets)
+
+
+def numels(model):
+    return [p.numel() for p in model.parameters()]
+
+
+def flat(model):
+    """The model's parameters as one flat list of floats (what ranks report)."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def reference(hyper, steps, seed=0, grad_scale=1.0):
+    """Flat parameters after `steps` of torch.optim.AdamW on the full batch, in one process (fp32).
+
+    ``grad_scale`` multiplies every gradient before the step: with the world size it gives what ranks that sum
+    their gradients instead of averaging them would compute.
+    """
+    model = build(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
+                                  eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss(model, *batch(step, seed)).backward()
+        for p in model.parameters():
+            p.grad.mul_(grad_scale)
+        optimizer.step()
+    return flat(model)
+
+
+def full_gradient(seed=0, step=0):
+    """Flat gradient of the full batch's loss at the initial parameters (what averaged rank gradients equal)."""
+    model = build(seed)
+    loss(model, *batch(step, seed)).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).tolist()
+
+
+def adam_state_bytes(seed=0):
+    """Bytes of torch.optim.AdamW's state after one step on the whole model: what each rank holds unsharded."""
+    model = build(seed)
+    optimizer = torch.optim.AdamW(model.parameters())
+    loss(model, *batch(0, seed)).backward()
+    optimizer.step()
+    return sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
+               if torch.is_tensor(t))

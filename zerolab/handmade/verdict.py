@@ -1,0 +1,220 @@
+"""Judge what the ranks did against the one-process reference, and name the mistake in one sentence.
+
+Every check raises AssertionError with a message that says what is wrong, not how to write the fix. The
+reference is torch.optim.AdamW on the full batch in one fp32 process (zerolab.handmade.model.reference).
+"""
+import math
+
+from zerolab.handmade import model as fixed
+from zerolab.handmade.partition import flat_partition, share_size
+
+# fp32, a handful of steps: all-reducing the ranks' gradients sums in a different order than one process
+# does, which moves a parameter by a few ulps; a real mistake moves it by orders of magnitude more.
+ATOL = 2e-6
+SAME_ACROSS_RANKS = 1e-7
+STATE_SLACK_BYTES = 256  # step counters and the padded last share
+GRAD_SLACK_BYTES = 64
+
+
+def partition_problem(answer, numels, world_size):
+    """What is wrong with ``answer`` as the partition of ``numels`` over ``world_size`` ranks, or None."""
+    call = f"partition({numels}, {world_size})"
+    if not isinstance(answer, (list, tuple)) or len(answer) != world_size:
+        return f"{call} should return one list of ranges per rank ({world_size} lists)"
+    owner = [[None] * n for n in numels]
+    flat_start = [sum(numels[:i]) for i in range(len(numels))]
+    size, total = share_size(sum(numels), world_size), sum(numels)
+    previous_end = 0
+    for rank, ranges in enumerate(answer):
+        if not isinstance(ranges, (list, tuple)):
+            return f"{call}[{rank}] should be a list of (param_index, start, end)"
+        owned = 0
+        for item in ranges:
+            if not (isinstance(item, (list, tuple)) and len(item) == 3 and all(type(v) is int for v in item)):
+                return f"{call}[{rank}] holds {item!r}; each range is a tuple of three ints (param_index, start, end)"
+            index, start, end = item
+            if not (0 <= index < len(numels) and 0 <= start < end <= numels[index]):
+                return f"{call}[{rank}] holds {item!r}, which is empty or outside parameter {index}'s elements"
+            for element in range(start, end):
+                if owner[index][element] is not None:
+                    return f"{call}: element {element} of parameter {index} is owned by rank {owner[index][element]} " \
+                           f"and rank {rank}"
+                owner[index][element] = rank
+            if flat_start[index] + start != previous_end:
+                return f"{call}: rank {rank}'s ranges are not the next contiguous piece of the flattened parameters"
+            previous_end = flat_start[index] + end
+            owned += end - start
+        expected = min(size, max(0, total - rank * size))
+        if owned != expected:
+            return f"{call}: rank {rank} owns {owned} elements; the shares are not equal (only the last may be short)"
+    for index, elements in enumerate(owner):
+        if None in elements:
+            return f"{call}: element {elements.index(None)} of parameter {index} is owned by no rank"
+    return None
+
+
+def zero1_problem(results, hyper, steps):
+    """What the learner's ShardedAdamW did wrong on these ranks, or None."""
+    world_size = len(results)
+    numels = fixed.numels(fixed.build())
+    problem = _ownership_problem([r["owned"] for r in results], numels)
+    if problem:
+        return problem
+    unsharded = fixed.adam_state_bytes()
+    limit = unsharded / world_size + STATE_SLACK_BYTES
+    for rank, result in enumerate(results):
+        held = result["state_bytes"]
+        if held > limit:
+            than = "as much as" if held >= unsharded else "more than 1/{} of".format(world_size)
+            return (f"with {world_size} ranks, rank {rank} holds {held} bytes of optimizer state, {than} AdamW's "
+                    f"{unsharded} bytes for the whole model: Adam's moments are not sharded")
+    more, less = _decay_errors(results)
+    if more:  # before the drift check: decaying what a rank does not own also makes the ranks drift apart
+        return ("with zero gradients one step shrinks some parameters by more than AdamW's weight decay: decay is "
+                "applied to elements more than once (by ranks that do not own them?)")
+    problem = _drift_problem([r["params"] for r in results], steps)
+    if problem:
+        return problem
+    got, want = results[0]["params"], fixed.reference(hyper, steps)
+    if _max_gap(got, want) <= ATOL:
+        return None
+    if less:
+        return "with zero gradients one step leaves some parameters without AdamW's weight decay"
+    if _max_gap(got, fixed.reference(hyper, steps, grad_scale=world_size)) <= ATOL:
+        return f"the gradients are summed over the {world_size} ranks, not averaged"
+    return (f"after {steps} steps on {world_size} ranks the parameters differ from torch.optim.AdamW on the full "
+            f"batch by up to {_max_gap(got, want):.2e} (tolerance {ATOL:g}): check the AdamW update of the "
+            "elements a rank owns (moments, bias correction, decoupled weight decay)")
+
+
+def zero2_problem(results, hyper, steps):
+    """What the learner's shard_gradients did wrong on these ranks, or None."""
+    world_size = len(results)
+    numels = fixed.numels(fixed.build())
+    shares = flat_partition(numels, world_size)
+    full = fixed.full_gradient()
+    offsets = [sum(numels[:i]) for i in range(len(numels))]
+    summed = False
+    for rank, result in enumerate(results):
+        owned = {index: (start, end) for index, start, end in shares[rank]}
+        for index, grad in enumerate(result["grads"]):
+            if grad["grad"]:
+                return (f"after shard_gradients, parameter {index} still has a .grad on rank {rank}: the full "
+                        "gradients are not freed")
+            if index not in owned:
+                if grad["shard"]:
+                    return f"rank {rank} keeps a grad_shard for parameter {index}, of which it owns no element"
+                continue
+            start, end = owned[index]
+            if grad["shard"] is None:
+                return (f"rank {rank} has no grad_shard (a 1-D tensor) on parameter {index}, of which it owns "
+                        f"{end - start} elements" + (f" (found a {grad['shard_type']})" if grad["shard_type"] !=
+                                                     "NoneType" else ""))
+            if len(grad["shard"]) != end - start:
+                return (f"rank {rank}'s grad_shard of parameter {index} has {len(grad['shard'])} elements; the rank "
+                        f"owns {end - start} of that parameter")
+            want = full[offsets[index] + start:offsets[index] + end]
+            if _max_gap(grad["shard"], want) > ATOL:
+                if _max_gap(grad["shard"], [world_size * w for w in want]) <= ATOL * world_size:
+                    summed = True
+                    continue
+                return (f"rank {rank}'s grad_shard of parameter {index} is not the averaged gradient of the elements "
+                        "it owns")
+    if summed:
+        return f"the gradients are summed over the {world_size} ranks, not averaged"
+    full_bytes = 4 * sum(numels)
+    for rank, result in enumerate(results):
+        if result["grad_bytes"] > full_bytes / world_size + GRAD_SLACK_BYTES:
+            return (f"rank {rank} still holds {result['grad_bytes']} bytes of gradients (all of them take "
+                    f"{full_bytes}): some gradient memory outside the rank's share stays alive")
+    problem = _drift_problem([r["params"] for r in results], steps)
+    if problem:
+        return problem
+    gap = _max_gap(results[0]["params"], fixed.reference(hyper, steps))
+    if gap > ATOL:
+        return (f"trained with sharded gradients, the parameters differ from torch.optim.AdamW on the full batch "
+                f"by up to {gap:.2e} after {steps} steps (tolerance {ATOL:g})")
+    return None
+
+
+def _ownership_problem(owned_per_rank, numels):
+    if any(owned is None for owned in owned_per_rank):
+        rank = next(r for r, owned in enumerate(owned_per_rank) if owned is None)
+        return (f"rank {rank}'s ShardedAdamW has no `owned` list of (param_index, start, end): the tests read which "
+                "elements each rank updates from it")
+    owners = [[[] for _ in range(n)] for n in numels]
+    for rank, owned in enumerate(owned_per_rank):
+        for index, start, end in owned:
+            if not (0 <= index < len(numels) and 0 <= start < end <= numels[index]):
+                return f"rank {rank} claims range {(index, start, end)}, which is not inside parameter {index}"
+            for element in range(start, end):
+                owners[index][element].append(rank)
+    for index, per_element in enumerate(owners):
+        for element, ranks in enumerate(per_element):
+            if len(ranks) != 1:
+                who = f"ranks {ranks}" if ranks else "no rank"
+                return (f"the ranks disagree on who owns what: element {element} of parameter {index} is owned by "
+                        f"{who}; every rank must compute the same owners")
+    return None
+
+
+def _drift_problem(params_per_rank, steps):
+    for rank, params in enumerate(params_per_rank[1:], start=1):
+        gap = _max_gap(params, params_per_rank[0])
+        if gap > SAME_ACROSS_RANKS:
+            return (f"after {steps} steps rank {rank}'s parameters differ from rank 0's by up to {gap:.2e}: the "
+                    "updated parameters do not reach every rank")
+    return None
+
+
+def _decay_errors(results):
+    """(some element shrank more than one decay, some less) in the zero-gradient step, on any rank."""
+    more = less = False
+    for result in results:
+        decay = result["decay"]
+        factor = 1 - decay["hyper"]["lr"] * decay["hyper"]["weight_decay"]
+        for before, after in zip(decay["before"], decay["after"]):
+            if abs(before) < 1e-3:
+                continue
+            ratio = after / before
+            more = more or ratio < factor - 1e-4
+            less = less or ratio > factor + 1e-4
+    return more, less
+
+
+def _max_gap(a, b):
+    if len(a) != len(b):
+        return math.inf
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+
+
+DEEPSPEED_ATOL = 1e-5  # DeepSpeed averages gradients in its own order and steps an fp32 master copy
+
+
+def stage1_config_problem(config):
+    if not isinstance(config, dict):
+        return "stage1_config(...) should return a dict (a ds_config)"
+    zero = config.get("zero_optimization") or {}
+    if zero.get("stage") != 1:
+        return f"zero_optimization.stage is {zero.get('stage')!r}; this exercise compares with ZeRO-1"
+    optimizer = config.get("optimizer") or {}
+    if str(optimizer.get("type", "")).lower() not in ("adam", "adamw"):
+        return f"optimizer.type is {optimizer.get('type')!r}; the hand-written optimizer is AdamW"
+    if not (optimizer.get("params") or {}).get("torch_adam"):
+        return ("optimizer.params.torch_adam is not true: DeepSpeed would compile and use its own fused Adam "
+                "instead of torch's")
+    for key in ("fp16", "bf16"):
+        if (config.get(key) or {}).get("enabled"):
+            return f"{key} is enabled; the comparison trains in fp32"
+    return None
+
+
+def deepspeed_problem(results, hyper, steps):
+    problem = _drift_problem([r["params"] for r in results], steps)
+    if problem:
+        return problem
+    gap = _max_gap(results[0]["params"], fixed.reference(hyper, steps))
+    if gap > DEEPSPEED_ATOL:
+        return (f"after {steps} steps DeepSpeed's parameters differ from torch.optim.AdamW on the full batch by up "
+                f"to {gap:.2e} (tolerance {DEEPSPEED_ATOL:g}): some hyper-parameter or batch setting differs")
+    return None
