@@ -6,10 +6,12 @@ Writes, under PREFIX (files owned by the course, safe to write again):
   etc/jupyter/labconfig/page_config.json         nbgrader's instructor UI hidden (formgrader, Create Assignment,
                                                  course list, its menu); its Validate button stays
   etc/jupyter/jupyter_server_config.d/zerolab-students.json
-                                                 the formgrader and course-list server parts off; allow_root, so
-                                                 the README's start command also works in a root container
+                                                 the formgrader and course-list server parts off
+  etc/jupyter/jupyter_server_config.json         allow_root, so the README's start command also works in a root
+                                                 container (Jupyter reads only extension switches from the .d folder)
   share/jupyter/lab/settings/overrides.json      widget state saved with the notebook, so a lesson reopened
-                                                 later shows its last figure instead of "model not found"
+                                                 later shows its last figure instead of "model not found";
+                                                 no "Jupyter news?" pop-up over the lesson
 An instructor who wants the formgrader back: `jupyter labextension enable @jupyter/nbgrader:formgrader` and
 delete zerolab-students.json.
 """
@@ -19,12 +21,11 @@ from pathlib import Path
 
 HIDDEN_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                       "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:menu")
-SERVER_CONFIG = {"ServerApp": {
-    "allow_root": True,
-    "jpserver_extensions": {"nbgrader.server_extensions.formgrader": False,
-                            "nbgrader.server_extensions.course_list": False},
-}}
-LAB_SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+SERVER_EXTENSIONS = {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False,
+                                                           "nbgrader.server_extensions.course_list": False}}}
+SERVER_CONFIG = {"ServerApp": {"allow_root": True}}
+LAB_SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
+                "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}
 
 
 def _merged(path, update):
@@ -41,7 +42,8 @@ def configure(prefix):
     for path, update in (
         (prefix / "etc/jupyter/labconfig/page_config.json",
          {"disabledExtensions": {name: True for name in HIDDEN_LAB_PLUGINS}}),
-        (prefix / "etc/jupyter/jupyter_server_config.d/zerolab-students.json", SERVER_CONFIG),
+        (prefix / "etc/jupyter/jupyter_server_config.d/zerolab-students.json", SERVER_EXTENSIONS),
+        (prefix / "etc/jupyter/jupyter_server_config.json", SERVER_CONFIG),
         (prefix / "share/jupyter/lab/settings/overrides.json", LAB_SETTINGS),
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
