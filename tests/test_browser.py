@@ -127,6 +127,9 @@ def test_lesson_runs_in_jupyterlab_with_one_live_widget(lab, browser, name):
     assert tracebacks.count() == 0, tracebacks.first.inner_text()
     before = page.evaluate(FIGURE)
     select = page.locator(".widget-vbox .widget-dropdown select").last
+    # Off-screen cells are skipped by the browser (content-visibility): scroll there without waiting to be visible.
+    page.locator(".widget-vbox").first.evaluate("box => box.scrollIntoView({block: 'center'})")
+    select.wait_for(state="visible", timeout=30_000)
     current = select.evaluate("element => element.selectedIndex")
     select.select_option(index=0 if current else 1)
     page.wait_for_function(f"() => ({FIGURE})() && ({FIGURE})() !== {before!r}", timeout=30_000)

@@ -3,8 +3,8 @@
 One new virtual environment per test session holds only what Colab preinstalls (torch, numpy, matplotlib,
 ipywidgets, ipykernel: no zerolab, no deepspeed). Its kernel sees a stand-in `google.colab` module and a
 stand-in /content (the folder named by ZEROLAB_COLAB_CONTENT, which the setup cell honours), and installs zerolab
-from a local clone of this repository (ZEROLAB_INSTALL_URL, a file:// URL). Each lesson's solution then runs top to bottom in
-that kernel, and torch and numpy must be the very same installs afterwards. zerolab is uninstalled before each
+from a local clone of this repository (ZEROLAB_INSTALL_URL, a file:// URL). Each lesson's release, filled with the solutions, then runs
+top to bottom in that kernel, and torch and numpy must be the very same installs afterwards. zerolab is uninstalled before each
 lesson, so every setup cell really installs it. Lesson 06's real DeepSpeed runs are skipped (NBGRADER_EXECUTION)
 unless ZEROLAB_HOSTED_RUNS=1: in a new environment they would compile DeepSpeed's ops again, minutes on 2 cores.
 """
@@ -19,6 +19,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "autograder"))
 import build  # noqa: E402
+
+from zerolab.grading.answers import with_solutions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COLAB_PREINSTALLED = ["torch==2.13.0", "numpy", "matplotlib", "ipywidgets", "ipykernel"]
@@ -86,7 +88,8 @@ def execute(hosted, name, where, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(hosted["base"] / "share" / "jupyter"))
     from nbclient import NotebookClient
 
-    nb = build.source_notebook(name)
+    # What a student with every answer right runs there: the release, its exercises filled with the solutions.
+    nb = with_solutions(nbformat.read(str(ROOT / "lessons" / f"{name}.ipynb"), as_version=4), build.source_notebook(name))
     NotebookClient(nb, timeout=900, kernel_name="hosted", resources={"metadata": {"path": str(hosted["content"])}}
                    ).execute()
     errors = [f"{cell.id}: {out.ename}: {out.evalue}" for cell in nb.cells for out in cell.get("outputs", [])

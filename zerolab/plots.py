@@ -136,6 +136,8 @@ def measured_vs_predicted(results):
     for ax, result in zip(axes, results):
         result.plot(ax=ax)
         ax.title.set_fontsize(9)
-        ax.legend(fontsize=8, loc="upper right")
+        ax.get_legend().remove()  # one legend for all rows, below them, where it covers no bar
         ax.tick_params(labelsize=8)
+        ax.margins(y=0.1)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     return fig
