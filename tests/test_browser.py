@@ -50,7 +50,7 @@ def lab(tmp_path_factory):
                       "--LabApp.news_url=", "--ServerApp.open_browser=False"),
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a busy 2-core CI machine
     while True:
         try:
             urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
