@@ -30,6 +30,11 @@ SRC = AUTOGRADER / "src"
 SETUP_SNIPPET = SRC / "_setup.py"
 CELL_TIMEOUT_S = 300  # building solutions: generous, a real-run cell may take a minute
 NBGRADER_KEYS = ("grade", "grade_id", "locked", "schema_version", "solution")
+# What a python3 kernel reports (less its version), so a lesson opens as saved in JupyterLab and Notebook 7.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                 "pygments_lexer": "ipython3"}
 
 sys.path.insert(0, str(ROOT))  # build from a checkout even where zerolab is not installed
 from zerolab import course  # noqa: E402
@@ -55,12 +60,11 @@ def setup_cell_source(name):
 
 
 def badge_cell_source(name):
-    return (
-        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({course.colab_url(name)})\n"
-        "\n"
-        f"On ModelScope: start a notebook instance, run `git clone {course.REPO}` in its terminal and open "
-        f"`lessons/{name}.ipynb`. The setup cell below installs the rest."
-    )
+    """Colab and ModelScope badges (zerolab/course.py REPO); a note instead while REPO is the placeholder."""
+    if not course.published():
+        return f"*{course.UNPUBLISHED_NOTE}* Locally: `bash scripts/setup.sh`, see the README."
+    return (f"{course.badges(name)}\n\n"
+            "On Colab and ModelScope the setup cell below installs what the lesson needs; run it first.")
 
 
 def source_notebook(name):
@@ -74,14 +78,20 @@ def source_notebook(name):
     setup = nbformat.v4.new_code_cell(setup_cell_source(name))
     setup.metadata["nbgrader"] = {"grade": False, "grade_id": "setup", "locked": True, "schema_version": 3,
                                   "solution": False, "task": False}
+    setup.metadata["jupyter"] = {"source_hidden": True}  # folded: students run it, they need not read it
     nb.cells[1:1] = [badge, setup]
     for index, cell in enumerate(nb.cells):
         cell.id = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell-{index:03d}"
         cell.metadata.pop("lines_to_next_cell", None)
-    nb.metadata = {
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    }
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution") is not None:
+            graded = cell.metadata["nbgrader"]
+            if graded["solution"] or graded["grade"]:
+                # An unanswered exercise raises, and so does its test: Run All (JupyterLab, Notebook 7, nbclient)
+                # goes on past a cell tagged raises-exception, so the teaching cells after it still run.
+                tags = cell.metadata.setdefault("tags", [])
+                if "raises-exception" not in tags:
+                    tags.append("raises-exception")
+    nb.metadata = {"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO}
     nb.nbformat, nb.nbformat_minor = 4, 5
     nbformat.validate(nb)
     return nb
@@ -159,6 +169,11 @@ def executed(nb, name):
             client.execute()
         except CellExecutionError as error:
             raise BuildError(f"solutions/{name}.ipynb: a cell failed while executing the solution:\n{error}") from None
+    for cell in nb.cells:  # cells tagged raises-exception do not stop nbclient: a solution must still not raise
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                raise BuildError(f"solutions/{name}.ipynb: cell {cell.id} raised while executing the solution: "
+                                 f"{output.ename}: {output.evalue}")
     nb.metadata["zerolab"] = {"source_sha256": source_hash(nb)}
     return nb
 

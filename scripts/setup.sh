@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Set up a checkout: a virtual environment in .venv with everything in requirements.txt (zerolab included).
+# Set up a checkout: a virtual environment in .venv with everything in requirements.txt (zerolab included),
+# Jupyter configured for students (scripts/student_jupyter.py) and DeepSpeed's two CPU ops compiled once.
 #   bash scripts/setup.sh            the course
-#   bash scripts/setup.sh --grading  also bubblewrap, the sandbox `zerolab grade` runs student code in
+#   bash scripts/setup.sh --grading  also what grading and the full test suite need: bubblewrap (the sandbox
+#                                    `zerolab grade` runs student code in), Debian's chromium and Playwright
+#                                    (the real-browser test), jupyter-repo2docker (the Binder check)
 # Safe to run again: what is already there is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -r requirements.txt
-if [ "${1:-}" = "--grading" ] && ! command -v bwrap >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap
-    else
-        echo "setup: bubblewrap is missing and cannot be installed from here (not root, or no apt-get):" \
-             "install the 'bubblewrap' package, or \`zerolab grade\` grades in its weaker, labelled caps-only mode" >&2
+.venv/bin/python scripts/student_jupyter.py .venv
+echo "setup: compiling DeepSpeed's CPU ops once (2-3 minutes each on 2 cores the first time; cached afterwards)"
+PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu .venv/bin/python scripts/build_ops.py
+if [ "${1:-}" = "--grading" ]; then
+    .venv/bin/pip install -r scripts/requirements-grading.txt
+    missing=()
+    command -v bwrap >/dev/null || missing+=(bubblewrap)
+    [ -x /usr/bin/chromium ] || missing+=(chromium)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+        else
+            echo "setup: ${missing[*]} missing and cannot be installed from here (not root, or no apt-get):" \
+                 "install the Debian packages; without bubblewrap \`zerolab grade\` grades in its weaker, labelled" \
+                 "caps-only mode, without chromium the browser test skips itself" >&2
+        fi
     fi
 fi

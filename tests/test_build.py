@@ -42,7 +42,7 @@ def test_there_are_lessons():
 def test_readme_lesson_map_is_fresh(fresh):
     assert (ROOT / "README.md").read_text() == (fresh / "README.md").read_text(), f"README.md's lesson map: {REBUILD}"
     for lesson in course.LESSONS:
-        assert course.colab_url(lesson.name) in (ROOT / "README.md").read_text()
+        assert (course.colab_url(lesson.name) in (ROOT / "README.md").read_text()) == course.published()
 
 
 @pytest.mark.parametrize("name", LESSONS)
@@ -91,9 +91,28 @@ def test_release_hides_solutions_and_links_to_itself(name):
     assert "raise NotImplementedError()" in text
     release = nbformat.read(str(ROOT / "lessons" / f"{name}.ipynb"), as_version=4)
     badge, setup = release.cells[1], release.cells[2]
-    assert f"colab.research.google.com/github/{course.github_path()}/blob/{course.BRANCH}/lessons/{name}.ipynb" in badge.source
-    assert "ModelScope" in badge.source
+    if course.published():
+        assert course.colab_url(name) in badge.source and course.modelscope_url(name) in badge.source
+    else:
+        assert "colab.research.google.com" not in badge.source and "zerolab/course.py" in badge.source
     assert setup.metadata["nbgrader"]["grade_id"] == "setup" and course.install_url() in setup.source
+    assert setup.metadata["jupyter"]["source_hidden"], "the setup cell is folded"
+    assert release.metadata["kernelspec"]["name"] == "python3" and release.metadata["language_info"]["name"] == "python"
+    for cell in release.cells:
+        graded = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (graded.get("solution") or graded.get("grade")):
+            assert "raises-exception" in cell.metadata.get("tags", []), f"{cell.id}: Run All must go on past it"
+
+
+def test_badges_open_each_lesson_on_colab_and_modelscope_only_once_published(monkeypatch):
+    name = course.LESSONS[0].name
+    assert course.published() or build.badge_cell_source(name).count("](http") == 0
+    monkeypatch.setattr(course, "REPO", "https://github.com/someone/zero-lab")
+    badge = build.badge_cell_source(name)
+    # The link formats both services document: Colab's /github/ path and ModelScope's notebook/share/github.
+    assert f"https://colab.research.google.com/github/someone/zero-lab/blob/main/lessons/{name}.ipynb" in badge
+    assert f"https://modelscope.cn/notebook/share/github/someone/zero-lab/blob/main/lessons/{name}.ipynb" in badge
+    assert "https://mybinder.org/v2/gh/someone/zero-lab/main" in course.lesson_map()
 
 
 def check(text):

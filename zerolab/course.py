@@ -1,11 +1,15 @@
 """The course itself: where it is published and which lessons it has.
 
-This is the one place that sets the repository URL. Every "Open in Colab" badge and the setup cell's
-install line are built from it (autograder/build.py); change REPO or BRANCH here and rebuild.
+This is the one place that sets the published repository. To publish the course: set REPO to the GitHub
+repository the course is pushed to (and BRANCH), then `python autograder/build.py`. Every "Open in Colab" and
+"Open in ModelScope" badge, the README's Binder badge and the setup cell's install line are built from it.
+While REPO is still PLACEHOLDER_REPO the build publishes no badges (a badge to a repository that does not
+exist is a dead end for a student); it writes a note saying how to publish instead.
 """
 from dataclasses import dataclass
 
-REPO = "https://github.com/zerolab-course/zero-lab"
+PLACEHOLDER_REPO = "https://github.com/zerolab-course/zero-lab"
+REPO = PLACEHOLDER_REPO  # set to https://github.com/<owner>/<name> to publish
 BRANCH = "main"
 COURSE_ID = "zerolab"
 
@@ -56,18 +60,54 @@ def github_path():
     return REPO[len(prefix):].strip("/")
 
 
+def published():
+    """Whether REPO names the real repository (badges are built only then)."""
+    return REPO != PLACEHOLDER_REPO
+
+
+UNPUBLISHED_NOTE = ("Colab, ModelScope and Binder badges appear here once the course is published: set `REPO` in "
+                    "`zerolab/course.py` to its GitHub repository and run `python autograder/build.py`.")
+
+
 def colab_url(name):
     return f"https://colab.research.google.com/github/{github_path()}/blob/{BRANCH}/lessons/{name}.ipynb"
 
 
+def modelscope_url(name):
+    """ModelScope's notebook opens a GitHub notebook through its share/github link."""
+    return f"https://modelscope.cn/notebook/share/github/{github_path()}/blob/{BRANCH}/lessons/{name}.ipynb"
+
+
+def binder_url(name=None):
+    url = f"https://mybinder.org/v2/gh/{github_path()}/{BRANCH}"
+    return url + (f"?labpath=lessons/{name}.ipynb" if name else "?labpath=lessons")
+
+
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+MODELSCOPE_BADGE = "https://img.shields.io/badge/ModelScope-open%20notebook-624aff"
+BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
+
+
+def badges(name):
+    """Markdown badges opening one lesson on Colab and on ModelScope; "" while REPO is the placeholder."""
+    if not published():
+        return ""
+    return (f"[![Open In Colab]({COLAB_BADGE})]({colab_url(name)}) "
+            f"[![Open in ModelScope]({MODELSCOPE_BADGE})]({modelscope_url(name)})")
+
+
 def lesson_map():
-    """The README's lesson map: a row and an "Open in Colab" badge per lesson."""
-    badge = "https://colab.research.google.com/assets/colab-badge.svg"
-    rows = ["| # | lesson | you leave able to | open |", "|---|---|---|---|"]
+    """The README's lesson map: a row per lesson with its Colab and ModelScope badges, and the Binder badge."""
+    rows = []
+    if published():
+        rows += [f"[![Binder]({BINDER_BADGE})]({binder_url()}) runs every lesson in JupyterLab on Binder.", ""]
+    else:
+        rows += [UNPUBLISHED_NOTE, ""]
+    rows += ["| # | lesson | you leave able to | open |", "|---|---|---|---|"]
     for item in LESSONS:
         number = item.name.split("_", 1)[0]
         rows.append(f"| {number} | [{item.title}](lessons/{item.name}.ipynb) | {item.goal} | "
-                    f"[![Open In Colab]({badge})]({colab_url(item.name)}) |")
+                    f"{badges(item.name) or '-'} |")
     return "\n".join(rows)
 
 

@@ -30,10 +30,19 @@ def show(fig):
     display(Image(data=buffer.getvalue(), format="png"))
 
 
-def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision="fp16", unit="GB"):
-    """Per-GPU model-state memory of each ZeRO stage, stacked by what it is made of, one panel per GPU count."""
+def _short(value):
+    """A bar's value in three significant figures or fewer (the unit is on the axis): 1,400 / 27.2 / 3.57."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision="fp16", unit=None):
+    """Per-GPU model-state memory of each ZeRO stage, stacked by what it is made of, one panel per GPU count.
+
+    The unit follows the accounting unless given: the paper counts GB (10**9), DeepSpeed's estimator GiB (2**30).
+    """
     params = units.parse_count(params)
-    fig, axes = _figure(width=3.2 * len(gpu_counts) + 1, cols=len(gpu_counts), sharey=True)
+    unit = unit or ("GiB" if accounting == "deepspeed" else "GB")
+    fig, axes = _figure(width=9, height=3.8, cols=len(gpu_counts), sharey=True)
     scale = {"GB": units.GB, "GiB": units.GiB}[unit]
     seen = {}
     for ax, gpus in zip(axes, gpu_counts):
@@ -43,13 +52,16 @@ def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision
             for part, nbytes in est.breakdown["gpu"].items():
                 seen[part] = ax.bar(STAGE_NAMES[stage], nbytes / scale, bottom=bottom, color=COLORS.get(part, "#999"))
                 bottom += nbytes / scale
-            ax.text(STAGE_NAMES[stage], bottom, units.format_bytes(est.gpu_bytes, unit), ha="center", va="bottom",
-                    fontsize=8)
-        ax.set_title(f"{gpus} GPU{'s' if gpus > 1 else ''}")
-        ax.margins(y=0.15)
-    axes[0].set_ylabel(f"model states per GPU ({unit})")
-    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=8)
-    fig.suptitle(f"{units.format_count(params)} parameters, {precision}, {accounting} accounting", fontsize=10)
+            ax.text(STAGE_NAMES[stage], bottom, _short(est.gpu_bytes / scale), ha="center", va="bottom", fontsize=8)
+        ax.set_title(f"{gpus} GPU{'s' if gpus > 1 else ''}", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8, labelrotation=30 if len(gpu_counts) > 2 else 0)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.margins(y=0.18)
+    axes[0].set_ylabel(f"model states per GPU ({unit})", fontsize=9)
+    fig.suptitle(f"{units.format_count(params)} parameters, {precision}, {accounting} accounting ({unit})",
+                 fontsize=10)
+    fig.legend(list(seen.values()), [part.replace("_", " ") for part in seen], loc="outside lower center",
+               ncols=min(len(seen), 4), fontsize=8, frameon=False)
     return fig
 
 
@@ -91,20 +103,43 @@ def overlap_timeline(params, stage=2, world_size=8, compute_s=1.0, grad_accum=1,
         step = comm.step_time(t, compute_s, link=link, host_link=host_link, overlap_comm=overlap)
         ax.broken_barh([(0, forward_s), (forward_s, compute_s - forward_s)], (1, 0.8),
                        facecolors=["#4C72B0", "#55A868"])
-        ax.text(forward_s / 2, 1.4, "forward", ha="center", va="center", color="white", fontsize=8)
-        ax.text((forward_s + compute_s) / 2, 1.4, "backward", ha="center", va="center", color="white", fontsize=8)
+        label = _bar_labeller(ax, span=max(compute_s + step.exposed_s, 1e-12))
+        label(0, forward_s, 1.4, "forward")
+        label(forward_s, compute_s - forward_s, 1.4, "backward")
         if step.hidden_s > 0:
             ax.broken_barh([(compute_s - step.hidden_s, step.hidden_s)], (0, 0.8), facecolors="#8172B2")
-            ax.text(compute_s - step.hidden_s / 2, 0.4, "hidden", ha="center", va="center", color="white", fontsize=8)
+            label(compute_s - step.hidden_s, step.hidden_s, 0.4, "hidden")
         ax.broken_barh([(compute_s, step.exposed_s)], (0, 0.8), facecolors="#C44E52")
-        ax.text(compute_s + step.exposed_s / 2, 0.4, "exposed", ha="center", va="center", color="white", fontsize=8)
+        label(compute_s, step.exposed_s, 0.4, "exposed")
         ax.set_yticks([0.4, 1.4], ["communication", "compute"])
         ax.set_title(f"overlap_comm={overlap}: step {step.total_s:.2f} s "
                      f"({step.exposed_s:.2f} s of {step.comm_s + step.host_s:.2f} s communication exposed)",
                      fontsize=9, loc="left")
     axes[-1].set_xlabel("seconds")
     fig.suptitle(f"{STAGE_NAMES[stage]}, {units.format_count(params)} parameters, {world_size} GPUs, link {link}, "
-                 f"grad_accum={grad_accum}, compute {compute_s:g} s", fontsize=10)
+                 f"grad_accum={grad_accum}, compute {compute_s:.3g} s", fontsize=10)
+    return fig
+
+
+def _bar_labeller(ax, span, min_share=0.09):
+    """Write a label inside a bar segment only when the segment is wide enough to hold it (else it would spill)."""
+    def label(start, width, y, text):
+        if width / span >= min_share:
+            ax.text(start + width / 2, y, text, ha="center", va="center", color="white", fontsize=8, clip_on=True)
+    return label
+
+
+def measured_vs_predicted(results):
+    """One row per real run (zerolab.run RunResult): predicted against measured bytes per component, rank 0."""
+    results = list(results)
+    fig, axes = _figure(width=9, height=1.2 + 2.3 * len(results), rows=len(results), sharex=True)
+    for ax, result in zip(axes, results):
+        result.plot(ax=ax)
+        ax.title.set_fontsize(9)
+        ax.get_legend().remove()  # one legend for all rows, below them, where it covers no bar
+        ax.tick_params(labelsize=8)
+        ax.margins(y=0.1)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     return fig
 
 

@@ -4,6 +4,11 @@ The static figure is shown instead of the widgets when ipywidgets is missing, wh
 or when ZEROLAB_STATIC or NBGRADER_EXECUTION is set (autograder/build.py sets ZEROLAB_STATIC while executing
 the solutions, which have no frontend; GitHub cannot render widgets). On Colab the setup cell enables the custom
 widget manager that ipywidgets 8 needs.
+
+A view is displayed once and returns None, so a cell ending in ``widgets.memory_explorer()`` shows it once.
+A saved lesson reopened later shows the last figure drawn, not "model not found": scripts/setup.sh (and
+binder/postBuild) turn on JupyterLab's "save widget state automatically", so the notebook keeps each view's
+state, the figure's PNG included (scripts/student_jupyter.py).
 """
 import os
 
@@ -28,12 +33,15 @@ def static_reason():
 
 
 def _view(draw, controls, static_args):
-    """Show controls + a figure redrawn on every change; or, where widgets cannot render, the static figure."""
+    """Show controls + a figure redrawn on every change; or, where widgets cannot render, the static figure.
+
+    Returns None: the view is displayed here, and a returned widget would be displayed a second time.
+    """
     reason = static_reason()
     if reason:
         print(f"Static figure ({reason}); in Jupyter with ipywidgets this is an interactive view.")
         plots.show(draw(**static_args))
-        return None
+        return
     import ipywidgets as w
     from IPython.display import display
 
@@ -52,7 +60,6 @@ def _view(draw, controls, static_args):
     box = w.VBox([w.HBox(list(controls.values())[i:i + 3]) for i in range(0, len(controls), 3)] + [out])
     display(box)
     redraw()
-    return box
 
 
 def memory_explorer(params="13B", gpus=8, accounting="paper", precision="fp16", seq_len=None, micro_batch=1,

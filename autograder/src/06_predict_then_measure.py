@@ -185,9 +185,11 @@ for _params in (123_456_789, 70_000_000_000):
 # `deepspeed.initialize` for a few steps, and reads from each rank's engine what it really holds. Every rank is
 # stopped at the end, also when one fails or you interrupt the kernel.
 #
-# The first run compiles DeepSpeed's shared-memory communication op, and the first run with optimizer offload
-# compiles its CPU Adam op: about a minute each on 2 cores, once (they are cached in `~/.cache/torch_extensions`).
-# The progress line says so. These cells skip themselves while nbgrader grades.
+# The runs use two compiled DeepSpeed ops, its shared-memory communication op and CPU Adam (for optimizer
+# offload). `bash scripts/setup.sh` compiles them once (2-3 minutes each on 2 cores) and caches them in
+# `~/.cache/torch_extensions`; where they are not built yet (Colab, ModelScope) the first run compiles them and
+# its progress line shows the time so far. Each run prints its configuration first. These cells skip themselves
+# while nbgrader grades.
 
 # %%
 SETUPS = [(1, "none", "none"), (3, "none", "none"), (2, "cpu", "none")]  # add (3, "cpu", "cpu") and others
@@ -196,27 +198,29 @@ if os.environ.get("NBGRADER_EXECUTION"):
     print("Real runs are skipped while grading.")
 else:
     for stage, offload_optimizer, offload_param in SETUPS:
+        print(f"ZeRO-{stage}, offload_optimizer={offload_optimizer}, offload_param={offload_param}:")
         config = make_config(stage, offload_optimizer, offload_param, precision="bf16")
         results[stage, offload_optimizer, offload_param] = run_in_notebook(config, ranks=RANKS, steps=3)
 
 # %% [markdown]
-# Your predictions (column *yours*, from Exercises 1 and 2), zerolab's prediction, and what each rank measured.
-# The notes under each table say why a figure differs from the paper's accounting.
+# What each rank measured next to zerolab's prediction (lesson 01's rules), and, once Exercises 1 and 2 work,
+# your own prediction in the column *yours*. The notes under each table say why a figure differs from the paper's
+# accounting.
 
 # %%
 for (stage, offload_optimizer, offload_param), result in results.items():
-    yours = {**optimizer_bytes(PARAMS, stage, RANKS), **training_bytes(PARAMS, stage, RANKS)}
+    try:
+        yours = {**optimizer_bytes(PARAMS, stage, RANKS), **training_bytes(PARAMS, stage, RANKS)}
+    except Exception as error:  # not answered yet (NotImplementedError) or not working: the table goes on without
+        yours = None
+        print(f"(no column 'yours' yet: your functions raised {type(error).__name__})")
     print(result.table(yours=yours), end="\n\n")
 
 # %%
 if results:
-    import matplotlib.pyplot as plt
+    from zerolab import plots
 
-    figure, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 3.6), sharey=True)
-    for ax, result in zip(list(getattr(axes, "flat", [axes])), results.values()):
-        result.plot(ax=ax)
-    figure.tight_layout()
-    plt.show()
+    plots.show(plots.measured_vs_predicted(results.values()))
 
 # %% [markdown]
 # ### What the measurement teaches

@@ -1,33 +1,26 @@
-# Setup: on Colab and ModelScope this installs the zerolab package (and what this lesson needs) when it is missing;
-# anywhere else it only checks that zerolab is importable. It never reinstalls torch or numpy.
-def _zerolab_setup(install_url, needs):
-    import importlib
-    import importlib.util
-    import os
-    import subprocess
-    import sys
+# zerolab setup. On Colab and ModelScope: installs zerolab and this lesson's packages when missing (never torch or
+# numpy). Elsewhere: checks that zerolab is there (set up with `bash scripts/setup.sh`, see the README).
+def _setup(url, needs):
+    import importlib, importlib.util as spec, os, subprocess, sys  # noqa: E401
 
-    if os.path.isdir("/content") and importlib.util.find_spec("google.colab") is not None:
-        where = "Colab"
-    elif os.path.isdir("/mnt/workspace") or any(key.startswith("MODELSCOPE") for key in os.environ):
-        where = "ModelScope"
-    else:
-        where = None
-    missing = [] if importlib.util.find_spec("zerolab") else [f"zerolab @ {install_url}"]
-    missing += [package for package in needs if importlib.util.find_spec(package) is None]
-    if missing and where is None:
-        print("zerolab setup: missing " + ", ".join(missing) + ". In the course folder run: pip install -r requirements.txt")
-        return
+    on_colab = os.path.isdir(os.environ.get("ZEROLAB_COLAB_CONTENT", "/content")) and bool(
+        spec.find_spec("google") and spec.find_spec("google.colab"))
+    on_modelscope = os.path.isdir("/mnt/workspace") or any(key.startswith("MODELSCOPE") for key in os.environ)
+    where = "Colab" if on_colab else "ModelScope" if on_modelscope else None
+    missing = [] if spec.find_spec("zerolab") else [f"zerolab @ {os.environ.get('ZEROLAB_INSTALL_URL', url)}"]
+    missing += [package for package in needs if spec.find_spec(package) is None]
+    if missing and not where:
+        return print(f"zerolab setup: {', '.join(missing)} missing. In the course folder run: bash scripts/setup.sh")
     if missing:
-        print(f"zerolab setup ({where}): installing " + ", ".join(missing))
+        print(f"zerolab setup ({where}): installing {', '.join(missing)} ...", flush=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
         importlib.invalidate_caches()
-    if where == "Colab":
+    if on_colab:
         from google.colab import output
         output.enable_custom_widget_manager()
     import zerolab
     print(f"zerolab {zerolab.__version__} ready" + (f" on {where}" if where else ""))
 
 
-_zerolab_setup(INSTALL_URL, NEEDS)
-del _zerolab_setup
+_setup(INSTALL_URL, NEEDS)
+del _setup

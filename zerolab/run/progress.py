@@ -1,6 +1,6 @@
 """Show a run's progress: one line per step in a terminal, one updating line in a notebook.
 
-A DeepSpeed op compiling on first use (about a minute on 2 cores) is announced with a ticking clock
+A DeepSpeed op compiling on first use (2-3 minutes on 2 cores) is announced with a ticking clock
 instead of silence; an op that loads from the cache in a moment is not mentioned.
 """
 import sys
@@ -57,11 +57,11 @@ class Progress:
         now = time.monotonic()
         for op, state in self.building.items():
             started, announced = state
-            if not announced and now - started >= ANNOUNCE_AFTER_S:
+            due = now - (self.last_tick if announced else started) >= (TICK_EVERY_S if announced else ANNOUNCE_AFTER_S)
+            if due:
                 state[1] = True
-                self.say(f"building DeepSpeed op {op} (first use only: about a minute on 2 cores; cached in "
-                         "~/.cache/torch_extensions or $TORCH_EXTENSIONS_DIR) ...")
-                self.last_tick = now
-            elif announced and now - self.last_tick >= TICK_EVERY_S:
-                self.say(f"  still building {op}: {now - started:.0f} s")
+                # The whole explanation on every tick: in a notebook each line replaces the one before.
+                self.say(f"building DeepSpeed op {op}: {now - started:.0f} s so far (first use only, 2-3 minutes on "
+                         "2 cores; `bash scripts/setup.sh` builds it ahead; cached in ~/.cache/torch_extensions or "
+                         "$TORCH_EXTENSIONS_DIR)")
                 self.last_tick = now

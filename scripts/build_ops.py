@@ -1,0 +1,51 @@
+"""Compile, once, the two DeepSpeed ops the course's CPU runs need, so lesson 06's first run starts at once.
+
+    DS_ACCELERATOR=cpu python scripts/build_ops.py      (scripts/setup.sh runs this)
+
+The ops are DeepSpeed's shared-memory communication op (used by every CPU run) and CPU Adam (used with optimizer
+offload). Each is compiled with g++ and ninja on first use and cached in ~/.cache/torch_extensions (or
+$TORCH_EXTENSIONS_DIR); an op already cached loads in a second. A line every 15 s shows the build is alive.
+"""
+import os
+import sys
+import threading
+import time
+
+OPS = ("ShareMemCommBuilder", "CPUAdamBuilder")
+TICK_S = 15
+
+
+def build(name):
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(name)
+    if builder is None:
+        print(f"build_ops: {name} is not offered by DeepSpeed's {get_accelerator().device_name()} accelerator; skipped")
+        return 0.0
+    started = time.perf_counter()
+    done = threading.Event()
+
+    def tick():
+        while not done.wait(TICK_S):
+            print(f"  still compiling {builder.NAME}: {time.perf_counter() - started:.0f} s", flush=True)
+
+    print(f"DeepSpeed op {builder.NAME}: loading, or compiling on first use (2-3 minutes on 2 cores) ...", flush=True)
+    threading.Thread(target=tick, daemon=True).start()
+    try:
+        builder.load(verbose=False)
+    finally:
+        done.set()
+    seconds = time.perf_counter() - started
+    print(f"DeepSpeed op {builder.NAME}: ready after {seconds:.0f} s", flush=True)
+    return seconds
+
+
+def main():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    total = sum(build(name) for name in OPS)
+    print(f"build_ops: both ops ready in {total:.0f} s (cached: later runs start at once)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
