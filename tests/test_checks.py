@@ -88,3 +88,43 @@ def test_number_whole_dict_keys_and_choice():
     assert choice(" FP16 ", ["fp16", "bf16"]) == "fp16"
     with pytest.raises(AssertionError, match="wrong type: c should be a str"):
         choice(16, ["fp16", "bf16"], "c")
+
+
+def test_dotted_path_normalises_what_carries_no_meaning():
+    from zerolab.checks import dotted_path
+
+    for text in (" zero_optimization.offload_param ", 'zero_optimization["offload_param"]', "zero_optimization/offload_param/",
+                 "Zero_Optimization.Offload_Param"):
+        assert dotted_path(text) == "zero_optimization.offload_param"
+    with pytest.raises(AssertionError, match="wrong type: p should be a str"):
+        dotted_path(["zero_optimization"], "p")
+    with pytest.raises(AssertionError, match="is empty"):
+        dotted_path(" . ", "p")
+
+
+def test_path_in_names_an_incomplete_path():
+    from zerolab.checks import path_in
+
+    assert path_in("Zero_Optimization.Stage", {"zero_optimization.stage"}) == "zero_optimization.stage"
+    with pytest.raises(AssertionError, match="incomplete path"):
+        path_in("stage", {"zero_optimization.stage"})
+    with pytest.raises(AssertionError, match="does not point at the problem: look"):
+        path_in("fp16", {"zero_optimization.stage"}, hint="look")
+
+
+def test_same_value_and_learner_value():
+    from zerolab.checks import learner_value, same_value
+
+    assert same_value(True, True, "x") is True
+    with pytest.raises(AssertionError, match="wrong type: x should be a bool, got str 'true'"):
+        same_value("true", True, "x")
+    with pytest.raises(AssertionError, match="wrong type: x should be an int, got float"):
+        same_value(2.0, 2, "x")
+    with pytest.raises(AssertionError, match="wrong case: x is 'CPU'"):
+        same_value("CPU", "cpu", "x")
+    with pytest.raises(AssertionError, match="x is not right: h"):
+        same_value("gpu", "cpu", "x", "h")
+
+    def unfinished():
+        raise NotImplementedError()
+    assert learner_value(unfinished) is None and learner_value(len, "ab") == 2

@@ -152,3 +152,67 @@ def _unit_words(unit):
 def _short(value):
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def dotted_path(value, name="your answer"):
+    """A JSON path as 'a.b.c': case, spaces, quotes, brackets and slashes carry no meaning; wrong type is named."""
+    if type(value) is not str:
+        raise AssertionError(f"wrong type: {name} should be a str, a dotted path such as \"fp16.enabled\"; "
+                             f"got {type(value).__name__} {_short(value)}")
+    text = value.strip().lower()
+    for mark in ("[", "]", "/", '"', "'", " "):
+        text = text.replace(mark, ".")
+    path = ".".join(part for part in text.split(".") if part)
+    if not path:
+        raise AssertionError(f"{name} is empty; write a dotted path such as \"fp16.enabled\"")
+    return path
+
+
+def normal_path(value):
+    """``value`` as dotted_path normalises it, or None when it is not a str."""
+    try:
+        return dotted_path(value)
+    except AssertionError:
+        return None
+
+
+def path_in(value, accepted, name="your answer", hint=""):
+    """The normalised path when it is one of ``accepted``; else AssertionError naming type, incompleteness, concept."""
+    path = dotted_path(value, name)
+    accepted = {dotted_path(option) for option in accepted}
+    if path in accepted:
+        return path
+    if any(option.endswith("." + path) for option in accepted):
+        raise AssertionError(f"incomplete path: {name} = {path!r} names a key but not where it is; give the full "
+                             "dotted path from the top of the config, block first")
+    raise AssertionError(f"{name} does not point at the problem" + (f": {hint}" if hint else ""))
+
+
+def learner_value(make, *args):
+    """``make(*args)``, or None when the learner's function is unfinished or fails: for teaching cells that show the
+    learner's answer next to the reference only when there is one."""
+    try:
+        return make(*args)
+    except Exception:  # an unanswered exercise raises NotImplementedError; a wrong one anything
+        return None
+
+
+def same_value(got, want, name, hint=""):
+    """AssertionError unless ``got == want`` with the same type: a str for a bool ('true') is a wrong type, a str
+    that differs only in case is a wrong case; otherwise the concept ``hint``. Never shows ``want``."""
+    if type(got) is type(want) and got == want:
+        return got
+    if type(got) is not type(want) and not (type(want) is float and type(got) is int):
+        detail = f"; write {want!r:.5} without quotes" if type(got) is str and str(want).lower() == got.strip().lower() \
+            and type(want) is not str else ""
+        raise AssertionError(f"wrong type: {name} should be {_a(type(want).__name__)}, got {type(got).__name__} "
+                             f"{_short(got)}" + (detail if type(want) is bool else ""))
+    if type(got) is str and got.strip().lower() == want.lower():
+        raise AssertionError(f"wrong case: {name} is {got!r}; DeepSpeed's values are case-sensitive")
+    if type(got) is float and got == want:
+        return got
+    raise AssertionError(f"{name} is not right" + (f": {hint}" if hint else ""))
+
+
+def _a(word):
+    return ("an " if word[0] in "aeiou" else "a ") + word
