@@ -357,3 +357,12 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # **Q: Why does DeepSpeed's estimate differ from the paper's?**
 # A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
 # fp32 load peak on the host; and it prints GiB labelled "GB".
+
+# %% [markdown]
+# ## References
+#
+# - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20,
+#   arXiv:1910.02054 (section 3.1 for 2 + 2 + K bytes, section 5 and Figure 1 for the per-GPU figures, section 7 for
+#   communication volume).
+# - DeepSpeed 0.19.8's estimators: `estimate_zero2_model_states_mem_needs` in `deepspeed/runtime/zero/stage_1_and_2.py`
+#   and `estimate_zero3_model_states_mem_needs` in `deepspeed/runtime/zero/stage3.py`.

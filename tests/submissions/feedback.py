@@ -305,3 +305,78 @@ L04 = {
 }
 
 VARIANTS["04_writing_the_config"] = L04
+
+
+def _q(name, wrong, right):
+    return {"wrong": [(f"{name} = {value}\n", words) for value, words in wrong],
+            "right": [f"{name} = {value}\n" for value in right]}
+
+
+_Q04 = '{"zero1": %s, "zero2": %s, "zero3": %s}'
+_Q16 = '{"FULL_SHARD": %s, "SHARD_GRAD_OP": %s, "NO_SHARD": %s}'
+L07 = {
+    "ex1_bytes_per_param": _q("Q01", [('"16 bytes"', "wrong type"), ("12", "master weights"), ("2", "only the fp16"),
+                                      ("16e-9", "wrong unit"), ("20", "not right"), ("True", "wrong type")],
+                              ["16", "16.0", "2 + 2 + 4 + 4 + 4"]),
+    "ex2_k12": _q("Q02", [("2", "wrong type"), ('"E"', "should be one of"), ('"A"', "not right"),
+                          ('["B"]', "wrong type"), ('"D"', "not right")], ['"B"', '" b "', '"b"']),
+    "ex3_adam_13b": _q("Q03", [("52", "one fp32 tensor"), ("104e9", "wrong unit"), ("96.86", "wrong unit"),
+                               ("156", "master weights"), ('"104 GB"', "wrong type")],
+                       ["104", "104.0", "13e9 * 8 / 1e9", "103.5"]),
+    "ex4_paper_example": _q("Q04", [('{"ZeRO-1": 31.4, "ZeRO-2": 16.6, "ZeRO-3": 1.9}', "missing key"),
+                                    ('{"Zero1": 31.4, "zero2": 16.6, "zero3": 1.9}', "wrong case"),
+                                    (_Q04 % ("31.4e9", "16.6e9", "1.9e9"), "wrong unit"),
+                                    ("[31.4, 16.6, 1.9]", "wrong type"),
+                                    (_Q04 % ("31.4", "7.5 * (2 + 2 / 64 + 12)", "1.9"), "not right")],
+                            [_Q04 % ("31.4", "16.6", "1.9"),
+                             "{f'zero{s}': 7.5 * b for s, b in ((1, 4 + 12 / 64), (2, 2 + 14 / 64), (3, 16 / 64))}",
+                             "dict(zero1=31.41, zero2=16.64, zero3=1.875)"]),
+    "ex5_zero2_13b": _q("Q05", [("36", "popular wrong answer"), ("48.75e9", "wrong unit"), ("45.4", "wrong unit"),
+                                ("55.25", "DeepSpeed's estimator"), ('"48.75"', "wrong type"), ("26", "not right")],
+                        ["48.75", "48.8", "13e9 * (2 + 14 / 8) / 1e9"]),
+    "ex6_zero1_fraction": _q("Q06", [("34.375", "percentage"), ("0.75", "popular wrong figure"),
+                                     ("0.65625", "fraction saved"), ('"0.34"', "wrong type"), ("0.25", "not right")],
+                             ["0.34375", "0.344", "5.5 / 16"]),
+    "ex7_comm_volume": _q("Q07", [('{"ddp": "2Ψ", "zero1": "2Ψ", "zero2": "2Ψ", "zero3": "3Ψ"}', "wrong type"),
+                                  ('{"DDP": 2, "zero1": 2, "zero2": 2, "zero3": 3}', "wrong case"),
+                                  ('{"ddp": 2, "zero1": 2, "zero2": 2}', "missing key"),
+                                  ('{"ddp": 2, "zero1": 2, "zero2": 2, "zero3": 2}', "not right"),
+                                  ("[2, 2, 2, 3]", "wrong type")],
+                          ['{"ddp": 2, "zero1": 2, "zero2": 2, "zero3": 3}',
+                           '{"ddp": 2.0, "zero1": 2.0, "zero2": 2.0, "zero3": 3.0}',
+                           "dict(ddp=2, zero1=2, zero2=2, zero3=1.5 * 2)"]),
+    "ex8_grad_accum": _q("Q08", [('{"zero1": 1.0, "zero2": 4.0}', "wrong type"), ('{"zero1": 4, "zero2": 4}', "ZeRO-1"),
+                                 ('{"zero1": 1, "zero2": 1}', "ZeRO-2 keeps only"),
+                                 ('{"Zero1": 1, "zero2": 4}', "wrong case"), ("(1, 4)", "wrong type")],
+                         ['{"zero1": 1, "zero2": 4}', "dict(zero1=1, zero2=4)",
+                          "{f'zero{s}': n for s, n in ((1, 1), (2, 4))}"]),
+    "ex9_buckets": _q("Q09", [("26.0", "wrong type"), ("52", "counts bytes"), ('"26"', "wrong type"),
+                              ("13", "not right"), ("27", "not right")],
+                      ["26", "int(13e9 // 5e8)", "-(-13_000_000_000 // 500_000_000)"]),
+    "ex10_overlap_comm": _q("Q10", [('"A"', "4.5x"), ('"C"', "not right"), ("1", "wrong type"),
+                                    ('"B)"', "should be one of"), ('"D"', "not right")], ['"B"', '"b"', '" B\\n"']),
+    "ex12_host_ram": _q("Q12", [("156", "leaves out one"), ("208e9", "wrong unit"), ("193.7", "wrong unit"),
+                                ('"208"', "wrong type"), ("104", "not right")], ["208", "208.0", "13 * 16"]),
+    "ex13_pin_memory": _q("Q13", [('"D"', "older DeepSpeed"), ('"A"', "not right"), ('["B"]', "wrong type"),
+                                  ('""', "should be one of"), ("2", "wrong type")], ['"B"', '"b"', '"  B"']),
+    "ex14_precision": _q("Q14", [('{"T4": "bf16", "A100": "bf16"}', "no bf16 tensor cores"),
+                                 ('{"t4": "fp16", "A100": "bf16"}', "wrong case"),
+                                 ('{"T4": 16, "A100": "bf16"}', "wrong type"),
+                                 ('{"T4": "fp16"}', "missing key"),
+                                 ('{"T4": "fp32", "A100": "bf16"}', "should be one of")],
+                         ['{"T4": "FP16", "A100": "BF16"}', '{"A100": "bf16", "T4": "fp16"}',
+                          'dict(T4=" fp16", A100="bf16")']),
+    "ex15_batch": _q("Q15", [("16.0", "wrong type"), ("8", "not of GPUs"), ('"16"', "wrong type"),
+                             ("32", "not right"), ("4", "not right")], ["16", "512 // (4 * 8)", "int(512 / 32)"]),
+    "ex16_fsdp": _q("Q16", [(_Q16 % ('"3"', '"2"', '"0"'), "wrong type"),
+                            ('{"full_shard": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}', "wrong case"),
+                            ('{"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}', "missing key"),
+                            (_Q16 % (2, 1, 0), "FULL_SHARD shards"), (_Q16 % ("3.0", "2.0", "0.0"), "wrong type")],
+                    [_Q16 % (3, 2, 0), "dict(FULL_SHARD=3, SHARD_GRAD_OP=2, NO_SHARD=0)",
+                     '{"NO_SHARD": 0, "FULL_SHARD": 3, "SHARD_GRAD_OP": 2}']),
+}
+
+VARIANTS["07_interview_drill"] = L07
+
+# Exercises another session edits at the same time as this suite was written: no variants yet.
+NOT_COVERED = {"07_interview_drill": {"ex11_offload_pcie"}}
