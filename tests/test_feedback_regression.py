@@ -27,7 +27,7 @@ def filled(release, answers):
     return nb
 
 
-def test_error(course, name, student, grade_id):
+def cell_error(course, name, student, grade_id):
     """(ename, evalue) of the test cell's error in the autograded notebook, or None when it passed."""
     nb = nbformat.read(str(course / "autograded" / student / name / f"{name}.ipynb"), as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
@@ -35,7 +35,6 @@ def test_error(course, name, student, grade_id):
     return (errors[0]["ename"], errors[0]["evalue"]) if errors else None
 
 
-test_error.__test__ = False
 
 
 def test_variants_are_enough():
@@ -67,7 +66,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
         for k, (_, words) in enumerate(variants["wrong"]):
             student = f"wrong_{k}"
             got = scores(course_root, name, student, [test_id])[test_id]
-            error = test_error(course_root, name, student, test_id)
+            error = cell_error(course_root, name, student, test_id)
             if got != 0 or error is None:
                 problems.append(f"{grade_id} wrong #{k}: scored {got}, no error")
             elif error[0] != "AssertionError" or words not in error[1]:
@@ -77,5 +76,5 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
             got = scores(course_root, name, student, [test_id])[test_id]
             if got != points[test_id]:
                 problems.append(f"{grade_id} right #{k}: scored {got} of {points[test_id]}: "
-                                f"{test_error(course_root, name, student, test_id)}")
+                                f"{cell_error(course_root, name, student, test_id)}")
     assert not problems, f"{name}:\n" + "\n".join(problems)
