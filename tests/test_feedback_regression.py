@@ -35,8 +35,6 @@ def cell_error(course, name, student, grade_id):
     return (errors[0]["ename"], errors[0]["evalue"]) if errors else None
 
 
-
-
 def test_variants_are_enough():
     for name, exercises in VARIANTS.items():
         for grade_id, variants in exercises.items():
