@@ -101,10 +101,10 @@ def test_feedback_shows_visible_tests_but_no_hidden_test_source(graded):
     assert done.returncode == 0, done.stdout + done.stderr
     html = (course / "feedback" / "rigged_eq_dict" / corpus.LESSON / f"{corpus.LESSON}.html").read_text()
     source = nbformat.read(course / "source" / corpus.LESSON / f"{corpus.LESSON}.ipynb", as_version=4)
-    visible_line = "return a dict with one entry per model state"
+    visible_line = "fp16 parameters and fp16 gradients take the same bytes"
     assert visible_line in html
     assert "_plain(model_state_bytes" not in html and "175_000_000_000" not in html  # hidden test source/traceback
-    assert "should be plain Python data" in html  # the failure itself and the helper's advice are shown
+    assert "wrong type: model_state_bytes(1000) should be a dict" in html  # the failure names the mistake class
     hidden = [line.strip() for cell in source.cells for line in _hidden(cell.source) if len(line.strip()) > 12]
     assert hidden and not [line for line in hidden if line in html]
 

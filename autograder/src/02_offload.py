@@ -79,7 +79,8 @@ for _params in (1_300_000_000, 70_000_000_001):
     for _gpus in (1, 3, 8):
         _got = _plain(offload_split(_params, _gpus), "offload_split(...)")
         _want = _memory.estimate(_params, 2, gpus_per_node=_gpus, offload_optimizer="cpu")
-        assert type(_got) is dict and set(_got) == {"gpu", "host"}
+        assert type(_got) is dict and set(_got) == {"gpu", "host"}, \
+            "wrong type or keys: offload_split(...) should return a dict with exactly the keys 'gpu' and 'host'"
         assert abs(_got["gpu"] - _want.gpu_bytes) <= 4, f"offload_split({_params}, {_gpus})['gpu'] is wrong"
         assert abs(_got["host"] - _want.cpu_bytes) <= 16, f"offload_split({_params}, {_gpus})['host'] is wrong"
 ### END HIDDEN TESTS
@@ -204,7 +205,8 @@ for _params in (1_300_000_000, 13_000_000_001):
         for _gas in (1, 3, 16):
             _got = _plain(pcie_bytes(_params, _gpus, _gas), "pcie_bytes(...)")
             _want = _comm.traffic(_params, 2, _gpus, grad_accum=_gas, offload_optimizer="cpu")
-            assert type(_got) is dict and set(_got) == {"to_host", "to_gpu"}
+            assert type(_got) is dict and set(_got) == {"to_host", "to_gpu"}, \
+                "wrong type or keys: pcie_bytes(...) should return a dict with exactly the keys 'to_host' and 'to_gpu'"
             assert abs(_got["to_host"] - _want.device_to_host_bytes) <= 2, f"to_host wrong for {_params}, {_gpus}, {_gas}"
             assert abs(_got["to_gpu"] - _want.host_to_device_bytes) <= 2, f"to_gpu wrong for {_params}, {_gpus}, {_gas}"
 ### END HIDDEN TESTS

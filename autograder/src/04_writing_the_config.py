@@ -40,7 +40,7 @@ from zerolab.config import check_config, config_effect
 # %% [markdown]
 # ## The fields of the skeleton
 #
-# The config below is the one from the tutorial this course grew from. Before you fill it in, here is what
+# The config below is the skeleton many DeepSpeed tutorials share. Before you fill it in, here is what
 # each given field does.
 #
 # - `optimizer`: AdamW with its hyper-parameters. DeepSpeed builds the optimizer itself from this block. When the
@@ -80,7 +80,7 @@ print("offload_param.pin_memory default:    ", DeepSpeedZeroOffloadParamConfig()
 # - **`overlap_comm` depends on the stage**: it is off for stages 0 to 2 and on for stage 3 (a validator in
 #   `deepspeed/runtime/zero/config.py` sets it to `stage == 3` when you leave it out). The docs table still says
 #   `false`. For ZeRO-2 you have to switch it on yourself.
-# - **`pin_memory` now defaults to true** (since DeepSpeed PR #8207). Older tutorials say you must switch it on; with
+# - **`pin_memory` now defaults to true** (since a 2026 DeepSpeed change, see References). Older tutorials say you must switch it on; with
 #   0.19.8 you must switch it *off* on hosts with little RAM (such as free Colab), because pinned memory cannot be
 #   paged out. Writing it explicitly, as the exercise asks, makes the config mean the same on every version.
 #
@@ -93,9 +93,11 @@ print("offload_param.pin_memory default:    ", DeepSpeedZeroOffloadParamConfig()
 # memory. Write them into the `zero_optimization` dict (uncomment and fill in the `???`), or set them where the
 # stub is; then delete the stub's `raise`. Keep every given field as it is.
 #
-# The visible test asserts what the original tutorial asserted. Hidden tests also check that DeepSpeed's own
-# `DeepSpeedConfig` accepts your dict, that the batch fields multiply out, that the given fields are unchanged,
-# and that the result is plain JSON data (a JSON round trip gives back the same values).
+# *Accepted:* any way of writing it (inside the dict, or set after it), as long as the values are JSON values of the
+# right type: the `int` 2, the `bool` `True` (not the string `"true"`), the string `"cpu"` in lower case.
+#
+# The visible test asserts what the original tutorial asserted, and that the given fields are unchanged. Hidden tests
+# check the same things through DeepSpeed's own `DeepSpeedConfig` and as plain JSON data.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_build_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def build_deepspeed_config():
@@ -147,23 +149,39 @@ def build_deepspeed_config():
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_build_config", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import dict_keys, same_value
+from zerolab.config.reference import zero2_offload
+
 config = build_deepspeed_config()
-print(json.dumps(config, indent=4))
-zero = config.get("zero_optimization", {})
-assert zero.get("stage") == 2, "zero_optimization.stage is not 2: ZeRO-2 partitions optimizer states and gradients"
-assert zero.get("overlap_comm") is True, "zero_optimization.overlap_comm is not True: for stage 2 it is off unless you switch it on"
-offload = zero.get("offload_optimizer", {})
-assert offload.get("device") == "cpu", 'zero_optimization.offload_optimizer.device is not "cpu"'
-assert offload.get("pin_memory") is True, "zero_optimization.offload_optimizer.pin_memory is not True: pinned memory makes the GPU<->CPU copies asynchronous"
-print("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload with pinned memory.")
+assert type(config) is dict, f"wrong type: build_deepspeed_config() should return a dict, got {type(config).__name__}"
+print(json.dumps(config, indent=4, default=repr))
+assert "zero_optimization" in config, "missing key: the config has no zero_optimization block"
+zero = config["zero_optimization"]
+for _key in ("stage", "overlap_comm", "offload_optimizer"):
+    assert _key in zero, f"missing key: zero_optimization has no {_key!r}"
+same_value(zero["stage"], 2, "zero_optimization.stage", "ZeRO-2 partitions optimizer states and gradients")
+same_value(zero["overlap_comm"], True, "zero_optimization.overlap_comm", "for stage 2 it is off unless you switch it on")
+offload = zero["offload_optimizer"]
+assert type(offload) is dict, f"wrong type: zero_optimization.offload_optimizer should be a dict, got {type(offload).__name__}"
+for _key in ("device", "pin_memory"):
+    assert _key in offload, f"missing key: zero_optimization.offload_optimizer has no {_key!r}"
+same_value(offload["device"], "cpu", "zero_optimization.offload_optimizer.device", "the optimizer should go to CPU memory")
+same_value(offload["pin_memory"], True, "zero_optimization.offload_optimizer.pin_memory",
+           "pinned memory makes the GPU<->CPU copies asynchronous")
+_given = zero2_offload()
+for _key in ("optimizer", "fp16", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+    assert _key in config, f"missing key: the given field {_key!r} was removed"
+    assert config[_key] == _given[_key], f"the given field {_key!r} was changed: keep it as it is (this config is for one GPU)"
+assert zero.get("contiguous_gradients") is True, "the given zero_optimization.contiguous_gradients was removed or changed"
+print("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload with pinned memory, given fields kept.")
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
 from zerolab.checks import plain
 from zerolab.config import check_config
 
-answer = plain(build_deepspeed_config())
-assert type(answer["zero_optimization"]["stage"]) is int, "zero_optimization.stage must be the integer 2"
+answer = plain(build_deepspeed_config(), "build_deepspeed_config()")
+assert type(answer["zero_optimization"]["stage"]) is int, "wrong type: zero_optimization.stage should be an int"
 report = check_config(copy.deepcopy(answer), world_size=1)
 assert report.valid, f"the config doctor finds errors: {report.errors}"
 try:
@@ -176,12 +194,11 @@ assert accepted.zero_config.offload_optimizer.device == "cpu", "DeepSpeed does n
 assert accepted.zero_config.offload_optimizer.pin_memory is True, "DeepSpeed does not see pin_memory=True"
 assert answer["train_batch_size"] == answer["train_micro_batch_size_per_gpu"] * answer["gradient_accumulation_steps"], \
     "the batch fields do not multiply out on one GPU"
-assert answer["optimizer"] == {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}}, \
-    "the given optimizer block was changed"
-assert answer["fp16"] == {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
-                          "hysteresis": 2, "min_loss_scale": 1}, "the given fp16 block was changed"
-assert (answer["train_batch_size"], answer["train_micro_batch_size_per_gpu"], answer["gradient_accumulation_steps"]) == (32, 4, 8), \
-    "the given batch numbers were changed"
+from zerolab.config.reference import zero2_offload
+
+for key, value in zero2_offload().items():
+    if key != "zero_optimization":
+        assert answer.get(key) == value, f"the given field {key!r} was changed or removed"
 assert answer["zero_optimization"].get("contiguous_gradients") is True, "contiguous_gradients was removed or changed"
 ### END HIDDEN TESTS
 
@@ -193,34 +210,37 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # state per parameter) and DeepSpeed's own estimator, which also counts 4 bytes of partitioned fp32 gradients.
 
 # %%
+from zerolab.checks import learner_value
+from zerolab.config import reference
+
 PARAMS = units.parse_count("13B")
 GPUS = 8
-config = build_deepspeed_config()
+config = reference.zero2_offload()  # the course's answer; yours is added below when it runs
 without_offload = copy.deepcopy(config)
 del without_offload["zero_optimization"]["offload_optimizer"]
-for label, cfg in (("ZeRO-2", without_offload), ("ZeRO-2 + CPU optimizer offload", config)):
+rows = [("ZeRO-2", without_offload), ("ZeRO-2 + CPU optimizer offload", config)]
+yours = learner_value(build_deepspeed_config)
+if yours is not None and learner_value(config_effect, yours, PARAMS, GPUS) is not None:
+    rows.append(("your build_deepspeed_config()", yours))
+for label, cfg in rows:
     for accounting in ("paper", "deepspeed"):
         e = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS, accounting=accounting).memory
         print(f"{label:31} {accounting:9}: GPU {units.format_bytes(e.gpu_bytes, 'GB'):>9} "
               f"({units.format_bytes(e.gpu_bytes, 'GiB')})   host per node {units.format_bytes(e.cpu_bytes, 'GB')}")
 
 # %% [markdown]
-# **A common claim** (it is in the tutorial this course grew from): "ZeRO-2 needs 26GB + 78GB/8 ≈ 36GB per GPU, and
-# ZeRO-2 + offload about 29GB." Both are wrong, and the table above shows why:
+# > **Common wrong figures.** "ZeRO-2 needs about 36 GB per GPU" (lesson 01 shows why: it partitions too few bytes
+# > per parameter) and "ZeRO-2 + offload needs about 29 GB". The table above gives both rows in both accountings.
 #
-# - The 78 GB, divided by 13B parameters, is far fewer bytes per parameter than any accounting partitions (lesson 01
-#   prints both). Partitioned are the fp16 gradients (2 bytes) and the optimizer states (K = 12 bytes: fp32 master
-#   weights, momentum and variance), so the paper gives the first row, and DeepSpeed's estimator, with its extra fp32
-#   gradients, the second.
 # - With the optimizer offloaded, only the replicated fp16 parameters stay on the GPU. No source gives "29 GB", and
 #   the claim leaves out the other side of the bargain: the **host RAM** in the last column, which is where offload
-#   runs out first (processes killed with exit code -9, DeepSpeed issues #4239 and #4571).
+#   runs out first (processes killed with exit code -9; see the DeepSpeed issues under References).
 # - All of these are model states only: activations, communication buckets and the CUDA context come on top.
 #
 # Note DeepSpeed's estimator prints "GB" but divides by 2^30, so its "GB" are GiB.
 #
 # **Buckets.** Another popular claim says `overlap_comm` "uses 4.5x the `reduce_bucket_size`", so 9 GB at the
-# default size. That multiplier was removed from DeepSpeed in 2021 (commit cfa63f5, "ZeRO stage 1 refresh"). In 0.19.8
+# default size. That multiplier was removed from DeepSpeed in 2021 (References). In 0.19.8
 # ZeRO-2 keeps one reduce bucket of `reduce_bucket_size` elements for the contiguous gradients, and `overlap_comm`
 # adds a second so that one bucket can be reduced while the next fills. With the default size (DeepSpeed's
 # `reduce_bucket_size`) and fp16 elements (the size torch reports):
@@ -257,7 +277,10 @@ except AssertionError as error:
 # %% [markdown]
 # Write `gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size)`: return the number of
 # accumulation steps (an `int`), and raise `ValueError` with a message when no whole number of steps fits, instead of
-# silently rounding down. Hidden tests compare your function with DeepSpeed's own batch derivation on more inputs.
+# silently rounding down.
+#
+# *Accepted:* an `int` (a float such as `8.0` is not), or a raised `ValueError` (or a subclass) when the numbers do
+# not divide. Hidden tests compare your function with DeepSpeed's own batch derivation on more inputs.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size):
@@ -272,9 +295,14 @@ def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_siz
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_grad_accum", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-assert gradient_accumulation_steps(32, 4, 1) == 8, "32 samples, 4 per micro-step, 1 GPU: the answer is not 8"
-assert gradient_accumulation_steps(64, 4, 8) == 2, "64 samples, 4 per micro-step on each of 8 GPUs: the answer is not 2"
-assert type(gradient_accumulation_steps(32, 4, 1)) is int, "return an int (use //, not /)"
+from zerolab.checks import whole
+
+whole(gradient_accumulation_steps(32, 4, 1), "gradient_accumulation_steps(32, 4, 1)", "a whole number of steps")
+assert gradient_accumulation_steps(32, 4, 1) == 8, "gradient_accumulation_steps(32, 4, 1) is not right: 32 samples, 4 per micro-step, 1 GPU"
+assert gradient_accumulation_steps(64, 4, 8) != 64 // 4, \
+    "gradient_accumulation_steps(64, 4, 8) left out world_size: each of the 8 GPUs runs its own micro batches"
+assert gradient_accumulation_steps(64, 4, 8) == 64 // (4 * 8), \
+    "gradient_accumulation_steps(64, 4, 8) is not right: 64 samples per step, 4 per micro-step on each of 8 GPUs"
 try:
     gradient_accumulation_steps(30, 4, 1)
 except ValueError:
@@ -295,8 +323,10 @@ for tbs, mbs, ws in cases:
         got = plain(gradient_accumulation_steps(tbs, mbs, ws))
     except ValueError:
         got = None
-    assert got == expected and type(got) is type(expected), \
-        f"({tbs}, {mbs}, {ws}): DeepSpeed derives {expected} (None: it rejects the numbers), you gave {got}"
+    call = f"gradient_accumulation_steps({tbs}, {mbs}, {ws})"
+    assert expected is not None or got is None, f"{call} should raise ValueError: the numbers do not divide"
+    assert expected is None or got is not None, f"{call} raised ValueError, but the numbers divide"
+    assert got == expected and type(got) is type(expected), f"{call} is not right: which of the three does world_size multiply?"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -333,6 +363,15 @@ def mixed_precision(compute_capability):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import dict_keys
+
+for _gpu in ("T4", "A100"):
+    _blocks = dict_keys(mixed_precision(COMPUTE_CAPABILITY[_gpu]), ["fp16", "bf16"], f"mixed_precision({_gpu})")
+    for _name, _block in _blocks.items():
+        assert type(_block) is dict and "enabled" in _block, \
+            f"missing key: mixed_precision({_gpu})[{_name!r}] should be a block like {{\"enabled\": ...}}"
+        assert type(_block["enabled"]) is bool, (f"wrong type: mixed_precision({_gpu})[{_name!r}]['enabled'] should be "
+                                                 f"a bool (True or False), got {type(_block['enabled']).__name__}")
 t4 = mixed_precision(COMPUTE_CAPABILITY["T4"])
 assert t4["fp16"]["enabled"] is True and t4["bf16"]["enabled"] is False, "T4 (7.5) has no bf16 tensor cores: enable fp16, disable bf16"
 a100 = mixed_precision(COMPUTE_CAPABILITY["A100"])
@@ -379,7 +418,11 @@ else:
 #
 # Write `zero3_offload(config)`: return a **new** config (leave the argument unchanged) with `stage` 3 and both the
 # optimizer and the parameters offloaded to CPU with pinned memory; everything else stays as it was. Hidden tests
-# pass your result to DeepSpeed, try a config without a `zero_optimization` block and check that the input is unchanged.
+# pass your result to DeepSpeed, try other configs and check that the input is unchanged.
+#
+# *Accepted:* a new `dict` whose `zero_optimization` has `stage` 3 (an `int`) and `offload_optimizer` and
+# `offload_param` blocks with `device` `"cpu"` and `pin_memory` `True`; other fields of those blocks may stay. The
+# visible test also tries a config without a `zero_optimization` block.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_zero3_offload", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def zero3_offload(config):
@@ -397,11 +440,27 @@ def zero3_offload(config):
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_zero3_offload", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 base = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": True},
         "zero_optimization": {"stage": 2, "overlap_comm": True}}
-result = zero3_offload(base)
-zero = result.get("zero_optimization", {})
-assert zero.get("stage") == 3, "zero_optimization.stage is not 3: parameter offload needs ZeRO-3"
-assert zero.get("offload_param", {}).get("device") == "cpu", 'zero_optimization.offload_param.device is not "cpu"'
-assert zero.get("offload_optimizer", {}).get("device") == "cpu", 'zero_optimization.offload_optimizer.device is not "cpu"'
+from zerolab.checks import same_value
+
+for _given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}):
+    _name = "zero3_offload(a config without zero_optimization)" if "zero_optimization" not in _given else "zero3_offload(base)"
+    try:
+        result = zero3_offload(_given)
+    except KeyError as error:
+        raise AssertionError(f"missing key: {_name} raised KeyError {error}; create the blocks that are missing "
+                             "(dict.setdefault)") from None
+    assert type(result) is dict, f"wrong type: {_name} should return a dict, got {type(result).__name__}"
+    assert type(result.get("zero_optimization")) is dict, f"missing key: {_name} has no zero_optimization block"
+    zero = result["zero_optimization"]
+    assert "stage" in zero, f"missing key: {_name}['zero_optimization'] has no 'stage'"
+    same_value(zero["stage"], 3, f"{_name}: zero_optimization.stage", "parameter offload needs ZeRO-3")
+    for _block in ("offload_param", "offload_optimizer"):
+        assert type(zero.get(_block)) is dict, f"missing key: {_name}['zero_optimization'] has no {_block!r} block"
+        for _key, _want in (("device", "cpu"), ("pin_memory", True)):
+            assert _key in zero[_block], f"missing key: {_name}: zero_optimization.{_block} has no {_key!r}"
+            same_value(zero[_block][_key], _want, f"{_name}: zero_optimization.{_block}.{_key}")
+    assert {k: v for k, v in result.items() if k != "zero_optimization"} == \
+        {k: v for k, v in _given.items() if k != "zero_optimization"}, f"{_name} changed fields outside zero_optimization"
 assert base["zero_optimization"] == {"stage": 2, "overlap_comm": True}, "the input config was changed: work on a copy (copy.deepcopy)"
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
@@ -437,8 +496,12 @@ for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, seed_con
 # figure includes the largest layer, gathered in full while it computes):
 
 # %%
-for label, cfg in (("exercise 1: ZeRO-2, optimizer on CPU", build_deepspeed_config()),
-                   ("exercise 4: ZeRO-3, optimizer and parameters on CPU", zero3_offload(build_deepspeed_config()))):
+rows = [("exercise 1: ZeRO-2, optimizer on CPU", reference.zero2_offload()),
+        ("exercise 4: ZeRO-3, optimizer and parameters on CPU", reference.zero3_offload(reference.zero2_offload()))]
+yours = learner_value(zero3_offload, reference.zero2_offload())
+if yours is not None and learner_value(config_effect, yours, PARAMS, GPUS) is not None:
+    rows.append(("your zero3_offload(...)", yours))
+for label, cfg in rows:
     e = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS, accounting="deepspeed").memory
     print(f"{label:52}: GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}")
 
@@ -498,3 +561,16 @@ for label, cfg in (("exercise 1", build_deepspeed_config()), ("exercise 4", zero
 # **Why does ZeRO-2 + offload not fix every out-of-memory?**
 # It removes the optimizer state from the GPU, but the fp16 parameters stay whole on every GPU, activations stay, and
 # the host must hold the fp32 state of every GPU of the node; that host RAM runs out first.
+
+# %% [markdown]
+# ## References
+#
+# - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20,
+#   arXiv:1910.02054 (section 3.1 for 2 + 2 + K bytes, section 5 and Figure 1 for the per-GPU figures, section 7 for
+#   communication volume).
+# - DeepSpeed 0.19.8 source: `deepspeed/runtime/zero/config.py` (stage-dependent `overlap_comm`),
+#   `deepspeed/runtime/zero/offload_config.py` (`pin_memory`), `deepspeed/runtime/config.py` (batch arithmetic).
+# - DeepSpeed PR #8207: `pin_memory` defaults to true.
+# - DeepSpeed commit cfa63f5 ("ZeRO stage 1 refresh", #1042, 2021): removed the 4.5x bucket multiplier.
+# - DeepSpeed issues #4239 and #4571 (offload processes killed with -9: host out of memory) and #5290 (host RAM grows
+#   with the GPUs per node).

@@ -34,7 +34,7 @@ from zerolab.config import check_config, compare_configs, config_effect, explain
 
 
 def show(report):
-    print("accepted by DeepSpeed" if report.valid else "REJECTED")
+    print("no errors" if report.valid else "errors: DeepSpeed rejects it, or the run fails at start-up")
     for finding in report.findings:
         print("  ", finding)
 
@@ -68,16 +68,20 @@ print("typo in the block name: accepted; ZeRO stage DeepSpeed will use:", parsed
 #   the batch fields, `"auto"` crashes instead.
 #
 # And things it rejects: fp16 and bf16 both enabled, batch fields that do not multiply out for the world size,
-# features DeepSpeed has removed, such as MiCS (`mics_shard_size`): 0.19.8 raises an error that points to issue #8489. zerolab's doctor, `check_config(config, world_size)`,
+# features DeepSpeed has removed, such as MiCS (`mics_shard_size`): 0.19.8 raises an error that points to a DeepSpeed issue (References). zerolab's doctor, `check_config(config, world_size)`,
 # runs DeepSpeed's own validation for the world size you give and adds checks for the silent cases. Each finding has
 # a dotted **path**, a **severity** and a message.
 
 # %% [markdown]
-# ## Exercise 1: which path is wrong? (3 points)
+# ## Exercise 1: which path is wrong? (3 points, one per config)
 #
-# Each config below has one thing wrong with it. Read them (do not run the doctor yet) and set `WRONG_PATHS` to a
-# dict `{"A": path, "B": path, "C": path}` of dotted paths to the wrong key. If the problem is a key that is
-# **missing**, give the path where it should be (or its block).
+# Each config below has one thing wrong with it. Read them (do not run the doctor yet) and set `WRONG_PATH_A`,
+# `WRONG_PATH_B` and `WRONG_PATH_C` to the dotted path of the wrong key, e.g. `"fp16.enabled"`.
+#
+# *Accepted:* a `str`; case, spaces, quotes, brackets or slashes do not matter (`zero_optimization["stage"]` is
+# `zero_optimization.stage`). Any path whose change fixes the problem counts: the wrong key, the setting it conflicts
+# with, or, for a **missing** key, the path where it should be or its block. Each config earns its own point; the
+# doctor's explanation appears when your answer passes.
 
 # %% nbgrader={"grade": false, "grade_id": "cases", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CASES = {
@@ -102,18 +106,12 @@ CASES = {
 for name, config in CASES.items():
     print(name, json.dumps(config, indent=2))
 
-# %% nbgrader={"grade": false, "grade_id": "ex1_wrong_paths", "locked": false, "schema_version": 3, "solution": true, "task": false}
-### BEGIN SOLUTION
-WRONG_PATHS = {
-    "A": "zero_optimisation",
-    "B": "zero_optimization.offload_param",
-    "C": "zero_optimization.offload_optimizer.nvme_path",
-}
-### END SOLUTION
+# %% nbgrader={"grade": false, "grade_id": "fixing_paths", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def fixing_paths(config, world_size=8):
+    """Paths whose change fixes a problem the doctor finds: each finding's path, the block of a missing key, and the
+    setting a finding's message offers to change instead (the stage, or the offload device)."""
+    from zerolab.config import check_config
 
-# %% nbgrader={"grade": true, "grade_id": "test_ex1_wrong_paths", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-def accepted_paths(config, world_size=8):
-    """The doctor's paths, and for a missing key also the block it belongs in."""
     paths = set()
     for finding in check_config(config, world_size=world_size).findings:
         if finding.severity not in ("error", "warning"):
@@ -125,51 +123,72 @@ def accepted_paths(config, world_size=8):
             block = block.get(part, {})
         if parent and key not in block:
             paths.add(parent)
+        if '"stage"' in finding.message:
+            paths.add("zero_optimization.stage")
+        if "nvme_path" in finding.path:
+            paths.add(parent + ".device")
+        if "." not in finding.path and "zero_optimization" in finding.message:
+            paths.add("zero_optimization")
     return paths
 
 
-assert isinstance(WRONG_PATHS, dict) and sorted(WRONG_PATHS) == ["A", "B", "C"], 'WRONG_PATHS should be {"A": ..., "B": ..., "C": ...}'
-hints = {"A": "DeepSpeed validates blocks strictly but reads the top level with dict.get: look at the block names",
-         "B": "which setting only works at stage 3?",
-         "C": "what does an NVMe offload need to know that this config does not say?"}
-for name in "ABC":
-    assert isinstance(WRONG_PATHS[name], str), f"WRONG_PATHS['{name}'] should be a dotted path string"
-    assert WRONG_PATHS[name].strip() in accepted_paths(CASES[name]), f"WRONG_PATHS['{name}'] is not the problem: {hints[name]}"
-print("Visible checks passed.")
+# %% nbgrader={"grade": false, "grade_id": "ex1_path_a", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+WRONG_PATH_A = "zero_optimisation"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_path_a", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import path_in
+
+path_in(WRONG_PATH_A, fixing_paths(CASES["A"]), "WRONG_PATH_A",
+        hint="DeepSpeed validates blocks strictly but reads the top level with dict.get: look at the block names")
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
-from zerolab.config import check_config
+from zerolab.checks import path_in, plain
 
-answer = plain(WRONG_PATHS, "WRONG_PATHS")
-expected = {
-    "A": {"zero_optimisation"},
-    "B": {"zero_optimization.offload_param"},
-    "C": {"zero_optimization.offload_optimizer.nvme_path", "zero_optimization.offload_optimizer"},
-}
-for name in "ABC":
-    doctor = {f.path for f in check_config(CASES[name], world_size=8).findings if f.severity in ("error", "warning")}
-    assert expected[name] & doctor, f"the doctor's paths for {name} changed: {doctor}"
-    assert answer[name].strip() in expected[name], f"WRONG_PATHS['{name}']"
+path_in(plain(WRONG_PATH_A, "WRONG_PATH_A"), fixing_paths(CASES["A"]), "WRONG_PATH_A")
 ### END HIDDEN TESTS
+print("Right. DeepSpeed accepts A and trains with ZeRO off: it never reads the British spelling zero_optimisation. The doctor's report:")
+show(check_config(CASES["A"], world_size=8))
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_path_b", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+WRONG_PATH_B = "zero_optimization.offload_param"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_path_b", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import path_in
+
+path_in(WRONG_PATH_B, fixing_paths(CASES["B"]), "WRONG_PATH_B",
+        hint="which setting only works at stage 3?")
+### BEGIN HIDDEN TESTS
+from zerolab.checks import path_in, plain
+
+path_in(plain(WRONG_PATH_B, "WRONG_PATH_B"), fixing_paths(CASES["B"]), "WRONG_PATH_B")
+### END HIDDEN TESTS
+print("Right. DeepSpeed accepts B and keeps the parameters on the GPU: offload_param is valid only with stage 3, and nothing enforces it. The doctor's report:")
+show(check_config(CASES["B"], world_size=8))
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_path_c", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+WRONG_PATH_C = "zero_optimization.offload_optimizer.nvme_path"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_path_c", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import path_in
+
+path_in(WRONG_PATH_C, fixing_paths(CASES["C"]), "WRONG_PATH_C",
+        hint="what does an NVMe offload need to know that this config does not say?")
+### BEGIN HIDDEN TESTS
+from zerolab.checks import path_in, plain
+
+path_in(plain(WRONG_PATH_C, "WRONG_PATH_C"), fixing_paths(CASES["C"]), "WRONG_PATH_C")
+### END HIDDEN TESTS
+print("Right. DeepSpeed's config check accepts C, and the run then fails at start-up: an NVMe offload needs nvme_path, the folder for its swap files. The doctor's report:")
+show(check_config(CASES["C"], world_size=8))
 
 # %% [markdown]
-# Now ask the doctor:
-
-# %%
-for name, config in CASES.items():
-    print(f"--- {name}")
-    show(check_config(config, world_size=8))
-
-# %% [markdown]
-# - **A** is accepted, and trains with ZeRO **off**: the British spelling of `zero_optimisation` is a key DeepSpeed
-#   never reads. The doctor compares unknown top-level keys with the keys DeepSpeed's own `DeepSpeedConfig` looks up.
-# - **B** is accepted, and the parameters stay on the GPU: `offload_param` is "valid only with stage 3" in
-#   DeepSpeed's own field description, but nothing enforces it. The memory you expected to save is not saved.
-# - **C** is accepted and fails at start-up: an NVMe offload needs `nvme_path`, the folder on the NVMe drive where
-#   the swap files go.
-#
-# The notes say what DeepSpeed picks for fields you left out, e.g. `overlap_comm` (stage-dependent) and
-# `pin_memory` (true in 0.19.8; it was false until DeepSpeed PR #8207).
+# The doctor's notes (severity `note`) say what DeepSpeed picks for fields you left out, e.g. `overlap_comm`
+# (stage-dependent) and `pin_memory` (true in 0.19.8).
 
 # %% [markdown]
 # ## More traps, in the doctor's words
@@ -219,7 +238,10 @@ for line in explain_config(GALLERY["batch written for one GPU"]):
 # offloaded to the NVMe drive mounted at `/local_nvme`, 4 samples per GPU per micro-step and 2 accumulation steps,
 # bf16. Set `FIXED` to a corrected config (a dict) that DeepSpeed accepts at world size 8, that the doctor reports no
 # errors and no warnings for, and that still means exactly that. (`check_config(FIXED, world_size=8)` is allowed.)
-# Hidden tests check the settings DeepSpeed reads from it.
+#
+# *Accepted:* a `dict`; any config that DeepSpeed reads as those settings, whether you write `train_batch_size` or
+# leave it for DeepSpeed to derive; `nvme_path` may end in a slash. Hidden tests check the settings DeepSpeed reads
+# from it.
 #
 # DeepSpeed stops at the first error it raises, so the doctor's first report does not list everything: fix, check
 # again, repeat.
@@ -257,7 +279,9 @@ FIXED = {
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_fix_config", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(FIXED, dict), "FIXED should be a config dict"
+import os
+
+assert type(FIXED) is dict, f"wrong type: FIXED should be a dict (the config itself), got {type(FIXED).__name__}"
 report = check_config(FIXED, world_size=8)
 assert report.valid, f"the doctor still finds errors: {[str(f) for f in report.errors]}"
 assert not report.warnings, f"the doctor still warns: {[str(f) for f in report.warnings]}"
@@ -267,7 +291,9 @@ assert settings.precision == "bf16", "the author wanted bf16 (A100s)"
 assert settings.offload_param == "cpu", "the parameters should be offloaded to CPU"
 assert settings.offload_optimizer == "nvme", "the optimizer states should be offloaded to NVMe"
 assert (settings.micro_batch, settings.grad_accum) == (4, 2), "keep 4 samples per micro-step and 2 accumulation steps"
-assert FIXED["zero_optimization"]["offload_optimizer"].get("nvme_path") == "/local_nvme", "the NVMe drive is mounted at /local_nvme"
+_nvme = FIXED["zero_optimization"]["offload_optimizer"].get("nvme_path")
+assert isinstance(_nvme, str) and os.path.normpath(_nvme) == "/local_nvme", \
+    f"zero_optimization.offload_optimizer.nvme_path {_nvme!r} is not the folder the text names for the NVMe drive"
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 import copy
@@ -275,15 +301,20 @@ from deepspeed.runtime.config import DeepSpeedConfig
 from zerolab.checks import plain
 from zerolab.config import check_config, read_settings
 
+import os
+
 fixed = plain(FIXED, "FIXED")
 report = check_config(fixed, world_size=8)
-assert report.valid and not report.warnings
+assert report.valid and not report.warnings, "the doctor finds errors or warnings in FIXED at world size 8"
 settings = read_settings(fixed, world_size=8)
-assert (settings.stage, settings.precision, settings.offload_param, settings.offload_optimizer) == (3, "bf16", "cpu", "nvme")
-assert (settings.micro_batch, settings.grad_accum, settings.world_size) == (4, 2, 8)
+assert (settings.stage, settings.precision, settings.offload_param, settings.offload_optimizer) == (3, "bf16", "cpu", "nvme"), \
+    "DeepSpeed does not read ZeRO-3, bf16, parameters on CPU and optimizer on NVMe from FIXED"
+assert (settings.micro_batch, settings.grad_accum, settings.world_size) == (4, 2, 8), \
+    "DeepSpeed does not read 4 samples per micro-step and 2 accumulation steps on 8 GPUs from FIXED"
 assert not check_config(fixed, world_size=4).valid or fixed.get("train_batch_size") is None, \
     "train_batch_size should be the one for 8 GPUs"
-assert fixed["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/local_nvme"
+assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_path"]) == "/local_nvme", \
+    "nvme_path is not the folder the text names"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -320,7 +351,9 @@ for label, effect in (("ZeRO-2", diff.effect_a), ("ZeRO-3", diff.effect_b)):
 #
 # A colleague wants to fit a 7B model on 8 GPUs and has two candidate configs. Using the **paper's accounting**
 # (2 + 2 + 12 bytes per parameter, model states only), how many **bytes per GPU** does config `Q` need *less* than
-# config `P`? Read the configs carefully. Set `SAVED_BYTES` to a number (answers within 1 % count).
+# config `P`? Read the configs carefully. Set `SAVED_BYTES` to a number of **bytes**.
+#
+# *Accepted:* an `int` or `float` of bytes (not GB or GiB), positive, within 1 % of zerolab's figure.
 
 # %% nbgrader={"grade": false, "grade_id": "candidates", "locked": true, "schema_version": 3, "solution": false, "task": false}
 P_CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
@@ -335,21 +368,24 @@ SAVED_BYTES = _diff.effect_a.memory.gpu_bytes - _diff.effect_b.memory.gpu_bytes
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_saved_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(SAVED_BYTES, (int, float)), "SAVED_BYTES should be a number of bytes"
+from zerolab.checks import close_to
+
 effect_p = config_effect(P_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes
 effect_q = config_effect(Q_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes
-assert SAVED_BYTES > 1e6, "give bytes (not GB), and Q needs less than P"
-assert abs(SAVED_BYTES - (effect_p - effect_q)) <= 0.01 * (effect_p - effect_q), \
-    "not right: does P's offload_param do anything at stage 2? Then compare what ZeRO-3 partitions that ZeRO-2 does not"
+close_to(SAVED_BYTES, effect_p - effect_q, "SAVED_BYTES", 0.01, "bytes",
+         hint="does P's offload_param do anything at stage 2? Then compare what ZeRO-3 partitions that ZeRO-2 does not",
+         slips={-1: "wrong sign: Q needs less than P, so the saving is positive (P minus Q)"})
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import config_effect
 
+from zerolab.checks import close_to
+
 answer = plain(SAVED_BYTES, "SAVED_BYTES")
 reference = (config_effect(P_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes
              - config_effect(Q_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes)
-assert abs(answer - reference) <= 0.01 * reference
+_ = close_to(answer, reference, "SAVED_BYTES", 0.01, "bytes")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -371,6 +407,11 @@ for accounting in ("paper", "deepspeed"):
 # Two configs for the same model on 8 GPUs, both with 8 gradient accumulation steps: `R` uses ZeRO-1, `S` ZeRO-2.
 # Per **optimizer step**, how many times the parameter count Ψ more does `S` move per GPU than `R`, in the paper's
 # accounting of communication volume? Set `EXTRA_PSI` to a number.
+#
+# What you need: ZeRO-1 keeps whole gradients on every GPU between micro-steps; ZeRO-2 keeps only its own gradient
+# partition (lesson 03 counts the collectives).
+#
+# *Accepted:* an `int` or `float`, a multiple of Ψ (not bytes or GB), exact to one part in a million.
 
 # %% nbgrader={"grade": false, "grade_id": "traffic_pair", "locked": true, "schema_version": 3, "solution": false, "task": false}
 R_CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
@@ -385,20 +426,27 @@ EXTRA_PSI = _diff.effect_b.traffic.volume_in_params - _diff.effect_a.traffic.vol
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_extra_traffic", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(EXTRA_PSI, (int, float)), "EXTRA_PSI should be a number (a multiple of the parameter count)"
+from zerolab.checks import close_to, number
+
 volume_r = config_effect(R_CONFIG, params="7B", gpus_per_node=8).traffic.volume_in_params
 volume_s = config_effect(S_CONFIG, params="7B", gpus_per_node=8).traffic.volume_in_params
-assert EXTRA_PSI != 0, "ZeRO-1 and ZeRO-2 move the same volume only without gradient accumulation"
-assert abs(EXTRA_PSI - (volume_s - volume_r)) < 1e-9, \
-    "not right: when does each stage reduce gradients, once per optimizer step or once per micro-step?"
+assert number(EXTRA_PSI, "EXTRA_PSI", "Ψ") != 0, "ZeRO-1 and ZeRO-2 move the same volume only without gradient accumulation"
+close_to(EXTRA_PSI, volume_s - volume_r, "EXTRA_PSI", 1e-6,
+         hint="when does each stage reduce gradients, once per optimizer step or once per micro-step?",
+         slips={-1: "wrong sign: S moves more than R; give S minus R",
+                2 * 7e9: "wrong unit: that is bytes (2 per bf16 value); give a multiple of Ψ",
+                7e9: "wrong unit: that is a number of values; divide by Ψ",
+                2 * 7e9 / 1e9: "wrong unit: that is GB; give a multiple of Ψ"})
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import config_effect
 
+from zerolab.checks import close_to
+
 reference = (config_effect(S_CONFIG, params="13B", gpus_per_node=16).traffic.volume_in_params
              - config_effect(R_CONFIG, params="13B", gpus_per_node=16).traffic.volume_in_params)
-assert abs(plain(EXTRA_PSI, "EXTRA_PSI") - reference) < 1e-9
+_ = close_to(plain(EXTRA_PSI, "EXTRA_PSI"), reference, "EXTRA_PSI", 1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -441,3 +489,11 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 # **Does ZeRO-2 communicate more than ZeRO-1?**
 # Without gradient accumulation they move the same volume per step (the paper's 2Ψ). With accumulation ZeRO-2 reduces
 # gradients on every micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
+
+# %% [markdown]
+# ## References
+#
+# - DeepSpeed 0.19.8 source: `deepspeed/runtime/zero/config.py` (stage-dependent `overlap_comm`),
+#   `deepspeed/runtime/zero/offload_config.py` (`pin_memory`), `deepspeed/runtime/config.py` (batch arithmetic).
+# - DeepSpeed issue #8489: features removed from DeepSpeed, MiCS among them.
+# - zerolab's doctor: `zerolab/config/checks.py` (the checks DeepSpeed does not make).

@@ -2,7 +2,7 @@
 # # Lesson 07: Interview drill
 #
 # The questions interviewers ask about ZeRO and DeepSpeed, each checked automatically and then explained. Several
-# popular answers, including some in the tutorial this course grew from, are wrong; the explanations say which and
+# popular answers are wrong; the explanations say which and
 # why, with the correct figure computed by zerolab.
 
 # %% [markdown]
@@ -14,7 +14,10 @@
 # - Run the test cell below your answer: it tells you whether you are right and, if not, what to reconsider.
 #   **Hidden tests** run when the notebook is graded; they check the same answer again as plain data (a JSON round
 #   trip), so an object that only pretends to be equal earns nothing.
-# - The explanation follows each test. Answer first, then read it.
+# - The explanation follows each test, folded: open it once your test cell says "Right.".
+# - *Accepted:* numbers as `int` or `float`, within 1 % of the reference (2 % where a question says so; Q01 and Q07
+#   exact). Where a question asks for an `int` (a count: Q08, Q09, Q15, Q16), a float such as `16.0` is a wrong type.
+#   Letters and `"fp16"`/`"bf16"` in any case, with or without spaces; dict keys exactly as the question writes them.
 # - Numbers are "GB" = 10^9 bytes unless a question says GiB (2^30 bytes), and count model states only
 #   (parameters, gradients, optimizer states), as in the ZeRO paper. Ψ (Psi) is the number of parameters and Nd the
 #   number of data-parallel GPUs.
@@ -47,19 +50,27 @@ Q01 = 16
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_bytes_per_param", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q01, (int, float)), "Q01 should be a number of bytes, e.g. Q01 = 10"
-assert Q01 == memory.estimate(PSI, 0).gpu_bytes / PSI, \
-    "not right: add up fp16 parameters, fp16 gradients and everything Adam keeps in fp32"
+from zerolab.checks import close_to
+
+close_to(Q01, memory.estimate(PSI, 0).gpu_bytes / PSI, "Q01", 1e-9, "bytes",
+         hint="add up fp16 parameters, fp16 gradients and everything Adam keeps in fp32",
+         slips={0.75: "that leaves out the fp32 master weights: Adam's moments are only part of K",
+                0.125: "that is only the fp16 weights; training keeps gradients and optimizer states too"})
 ### BEGIN HIDDEN TESTS
 from zerolab import memory
-from zerolab.checks import plain
+from zerolab.checks import close_to, plain
 
-assert plain(Q01, "Q01") == memory.estimate(3 * 10**9, 0, gpus_per_node=4).gpu_bytes / (3 * 10**9)
+close_to(plain(Q01, "Q01"), memory.estimate(3 * 10**9, 0, gpus_per_node=4).gpu_bytes / (3 * 10**9), "Q01", 1e-9, "bytes")
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** 2 bytes of fp16 parameters, 2 of fp16 gradients, and K = 12 bytes of optimizer state: the paper's
 # "2Ψ + 2Ψ + KΨ = 16Ψ" (section 3.1). zerolab's breakdown per parameter:
+#
+# </details>
 
 # %%
 e = memory.estimate(PSI, 0)
@@ -83,19 +94,26 @@ Q02 = "B"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_k12", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q02, str) and Q02.strip().upper() in "ABCD" and len(Q02.strip()) == 1, 'Q02 should be one letter, e.g. Q02 = "A"'
-assert Q02.strip().upper() == "B", "not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
-### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.checks import choice
 
-assert plain(Q02, "Q02").strip().upper() == "B"
+_letter = choice(Q02, "ABCD", "Q02")
+assert _letter == "B", "Q02 is not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q02, "Q02"), "ABCD", "Q02") == "B", "Q02 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer: B.** K counts the fp32 **master weights** (4 bytes) as well as Adam's momentum and variance (4 + 4). The
 # fp32 copy is needed because fp16 cannot represent small updates to a weight. A frequent mistake is to count only
 # the two moments; then the total is not 16 bytes. (DeepSpeed's estimator counts 4 more: the partitioned fp32
 # gradients; see Q05.)
+#
+# </details>
 
 # %%
 parts = memory.estimate(PSI, 0).breakdown["gpu"]
@@ -114,23 +132,29 @@ Q03 = memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_adam_13b", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-moments = memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB
-assert isinstance(Q03, (int, float)), "Q03 should be a number of GB"
-assert not close(Q03, moments / 2), "that is one fp32 tensor of 13B values; Adam keeps two"
-assert not close(Q03, moments * 1000), "that is MB, not GB"
-assert close(Q03, moments), "not right: how many fp32 tensors of 13B values does Adam keep, at how many bytes each?"
+from zerolab.checks import close_to
+
+close_to(Q03, memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB, "Q03", 0.01, "GB",
+         hint="how many fp32 tensors of 13B values does Adam keep, at how many bytes each?",
+         slips={0.5: "that is one fp32 tensor of 13B values; Adam keeps two",
+                1.5: "that adds the fp32 master weights; the question asks for momentum and variance only"})
 ### BEGIN HIDDEN TESTS
 from zerolab import memory, units
-from zerolab.checks import plain
+from zerolab.checks import close_to, plain
 
 reference = memory.estimate(units.parse_count("13B"), 0).breakdown["gpu"]["optimizer_states"] / units.GB
-assert abs(plain(Q03, "Q03") - reference) <= 0.01 * reference
+close_to(plain(Q03, "Q03"), reference, "Q03", 0.01, "GB")
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** Two fp32 tensors of Ψ values: 8 bytes per parameter. **A common claim** says "Adam's states for 13B take
 # 52 GB": that is 4 bytes per parameter, a single fp32 tensor. Add the fp32 master weights (the paper's K = 12) and the
 # whole optimizer state is larger still; add fp16 parameters and gradients and you reach the full 16Ψ:
+#
+# </details>
 
 # %%
 parts = memory.estimate(P13, 0).breakdown["gpu"]
@@ -152,26 +176,31 @@ Q04 = {f"zero{stage}": memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes /
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_paper_example", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q04, dict) and sorted(Q04) == ["zero1", "zero2", "zero3"], 'Q04 should be {"zero1": ..., "zero2": ..., "zero3": ...}'
+from zerolab.checks import close_to, dict_keys
+
+dict_keys(Q04, ["zero1", "zero2", "zero3"], "Q04")
 for stage in (1, 2, 3):
-    expected = memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB
-    assert isinstance(Q04[f"zero{stage}"], (int, float)), f"Q04['zero{stage}'] should be a number of GB"
-    assert close(Q04[f"zero{stage}"], expected, 0.02), \
-        f"Q04['zero{stage}'] is not right: which of the 2 + 2 + 12 bytes does ZeRO-{stage} divide by Nd?"
+    close_to(Q04[f"zero{stage}"], memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB, f"Q04['zero{stage}']",
+             0.02, "GB", hint=f"which of the 2 + 2 + 12 bytes does ZeRO-{stage} divide by Nd?")
 ### BEGIN HIDDEN TESTS
 from zerolab import memory, units
-from zerolab.checks import plain
+from zerolab.checks import close_to, dict_keys, plain
 
-answer = plain(Q04, "Q04")
+answer = dict_keys(plain(Q04, "Q04"), ["zero1", "zero2", "zero3"], "Q04")
 for stage in (1, 2, 3):
     reference = memory.estimate(units.parse_count("7.5B"), stage, gpus_per_node=64).gpu_bytes / units.GB
-    assert abs(answer[f"zero{stage}"] - reference) <= 0.02 * reference
+    close_to(answer[f"zero{stage}"], reference, f"Q04['zero{stage}']", 0.02, "GB")
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** ZeRO-1 divides the K = 12 bytes of optimizer state by Nd, ZeRO-2 also the 2 bytes of gradients, ZeRO-3
 # also the 2 bytes of parameters. The paper prints these figures in section 5 and Figure 1 (with ZeRO-3 rounded to
 # 1.9 GB); zerolab reproduces them:
+#
+# </details>
 
 # %%
 for stage in (0, 1, 2, 3):
@@ -189,23 +218,31 @@ Q05 = memory.estimate(P13, 2, gpus_per_node=8).gpu_bytes / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_zero2_13b", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import close_to
+
 expected = memory.estimate(P13, 2, gpus_per_node=8).gpu_bytes / units.GB
-assert isinstance(Q05, (int, float)), "Q05 should be a number of GB"
-assert not close(Q05, 36, 0.03), "36 GB is the popular wrong answer: it counts 6 bytes of partitioned state per parameter"
-assert close(Q05, expected), "not right: 2 bytes stay whole on every GPU, the other 14 are divided by 8"
+deepspeed_figure = memory.estimate(P13, 2, gpus_per_node=8, accounting="deepspeed").gpu_bytes / units.GB
+close_to(Q05, expected, "Q05", 0.01, "GB", hint="2 bytes stay whole on every GPU, the other 14 are divided by 8",
+         slips={36 / expected: "36 GB is the popular wrong answer: it counts 6 bytes of partitioned state per parameter",
+                deepspeed_figure / expected: "that is DeepSpeed's estimator (18 partitioned bytes); the question asks "
+                                             "for the paper's accounting"})
 ### BEGIN HIDDEN TESTS
 from zerolab import memory, units
-from zerolab.checks import plain
+from zerolab.checks import close_to, plain
 
 reference = memory.estimate(units.parse_count("13B"), 2, gpus_per_node=8).gpu_bytes / units.GB
-assert abs(plain(Q05, "Q05") - reference) <= 0.01 * reference
+close_to(plain(Q05, "Q05"), reference, "Q05", 0.01, "GB")
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
-# **Answer.** The paper's P_os+g: 2Ψ of fp16 parameters on every GPU plus (2 + K)Ψ / Nd. **A common claim** (in the
-# tutorial this course grew from) is "26 GB + 78 GB / 8 ≈ 36 GB": its 78 GB of partitioned state is far fewer bytes
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** The paper's P_os+g: 2Ψ of fp16 parameters on every GPU plus (2 + K)Ψ / Nd. **A common claim** is "26 GB + 78 GB / 8 ≈ 36 GB": its 78 GB of partitioned state is far fewer bytes
 # per parameter than the paper partitions (printed below), so it matches no accounting. DeepSpeed's own estimator says more than the paper, because it also counts 4 bytes per
 # parameter of partitioned fp32 gradients, and it prints GiB under the label "GB":
+#
+# </details>
 
 # %%
 ddp_parts = memory.estimate(P13, 0).breakdown["gpu"]
@@ -227,21 +264,29 @@ Q06 = memory.estimate(P13, 1, gpus_per_node=8).gpu_bytes / memory.estimate(P13, 
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex6_zero1_fraction", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import close_to
+
 expected = memory.estimate(PSI, 1, gpus_per_node=8).gpu_bytes / memory.estimate(PSI, 0, gpus_per_node=8).gpu_bytes
-assert isinstance(Q06, (int, float)) and 0 < Q06 <= 1, "Q06 should be a fraction between 0 and 1, e.g. 0.5"
-assert not close(Q06, 0.75, 0.02), "75 % is the popular wrong figure; what does ZeRO-1 partition, and what stays whole?"
-assert close(Q06, expected), "not right: keep 2 + 2 bytes whole and divide the 12 by Nd, then compare with 16"
+close_to(Q06, expected, "Q06", 0.01, hint="keep 2 + 2 bytes whole and divide the 12 by Nd, then compare with 16",
+         slips={100: "wrong unit: that is a percentage; give a fraction between 0 and 1",
+                0.75 / expected: "75 % is the popular wrong figure; what does ZeRO-1 partition, and what stays whole?",
+                (1 - expected) / expected: "that is the fraction saved, not the fraction kept"})
 ### BEGIN HIDDEN TESTS
 from zerolab import memory
-from zerolab.checks import plain
+from zerolab.checks import close_to, plain
 
 reference = memory.estimate(10**9, 1, gpus_per_node=8).gpu_bytes / memory.estimate(10**9, 0, gpus_per_node=8).gpu_bytes
-assert abs(plain(Q06, "Q06") - reference) <= 0.01 * reference
+close_to(plain(Q06, "Q06"), reference, "Q06", 0.01)
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** (4 + 12/8) / 16. **A common claim** puts ZeRO-1, -2, -3 at "75 %, 40 %, 15 % of the memory"; 75 % is
 # ZeRO-1's *saving* as Nd grows, not what it keeps, and all such fractions depend on Nd:
+#
+# </details>
 
 # %%
 for nd in (8, 64, 1024):
@@ -262,20 +307,25 @@ Q07 = {name: comm.traffic(P13, stage, 8).volume_in_params
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex7_comm_volume", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q07, dict) and sorted(Q07) == ["ddp", "zero1", "zero2", "zero3"], 'Q07 should be {"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}'
+from zerolab.checks import close_to, dict_keys
+
+dict_keys(Q07, ["ddp", "zero1", "zero2", "zero3"], "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
-    assert Q07[name] == comm.traffic(PSI, stage, 8).volume_in_params, \
-        f"Q07['{name}'] is not right: count each all-reduce as a reduce-scatter plus an all-gather, each Ψ"
+    close_to(Q07[name], comm.traffic(PSI, stage, 8).volume_in_params, f"Q07['{name}']", 1e-6, "multiples of Ψ",
+             hint="count each all-reduce as a reduce-scatter plus an all-gather, each Ψ")
 ### BEGIN HIDDEN TESTS
 from zerolab import comm
-from zerolab.checks import plain
+from zerolab.checks import close_to, dict_keys, plain
 
-answer = plain(Q07, "Q07")
+answer = dict_keys(plain(Q07, "Q07"), ["ddp", "zero1", "zero2", "zero3"], "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
-    assert answer[name] == comm.traffic(3 * 10**9, stage, 64).volume_in_params
+    close_to(answer[name], comm.traffic(3 * 10**9, stage, 64).volume_in_params, f"Q07['{name}']", 1e-6)
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** DDP's all-reduce is a reduce-scatter (Ψ) plus an all-gather (Ψ). ZeRO-1 and ZeRO-2 do exactly these two
 # with a different purpose: reduce-scatter the gradients to their owners, all-gather the updated parameters. ZeRO-3
 # must gather the parameters for the forward pass and **again** for the backward pass, plus the gradient
@@ -283,6 +333,8 @@ for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
 # 40-layer model", counts calls, not volume, forgets the reduce-scatters, and ignores that DeepSpeed gathers per
 # submodule, coalesces prefetches into buckets and keeps small parameters resident; the call count depends on the
 # implementation, the volume does not.
+#
+# </details>
 
 # %%
 for stage in range(4):
@@ -302,23 +354,31 @@ Q08 = {f"zero{stage}": next(c.times for c in comm.traffic(P13, stage, 8, grad_ac
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex8_grad_accum", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import dict_keys, whole
+
+
 def reductions(stage, gas):
     return sum(c.times for c in comm.traffic(PSI, stage, 8, grad_accum=gas).collectives if c.op == "reduce-scatter")
 
 
-assert isinstance(Q08, dict) and sorted(Q08) == ["zero1", "zero2"], 'Q08 should be {"zero1": ..., "zero2": ...}'
+dict_keys(Q08, ["zero1", "zero2"], "Q08")
+for _name in ("zero1", "zero2"):
+    whole(Q08[_name], f"Q08['{_name}']", "a number of reductions")
 assert Q08["zero1"] == reductions(1, 4), "Q08['zero1'] is not right: when does ZeRO-1 need the reduced gradients?"
 assert Q08["zero2"] == reductions(2, 4), "Q08['zero2'] is not right: ZeRO-2 keeps only its own gradient partition between micro-steps"
 ### BEGIN HIDDEN TESTS
 from zerolab import comm
-from zerolab.checks import plain
+from zerolab.checks import dict_keys, plain
 
 reference = {f"zero{stage}": sum(c.times for c in comm.traffic(10**9, stage, 8, grad_accum=4).collectives
                                  if c.op == "reduce-scatter") for stage in (1, 2)}
-assert plain(Q08, "Q08") == reference
+assert dict_keys(plain(Q08, "Q08"), ["zero1", "zero2"], "Q08") == reference, "Q08 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** ZeRO-1 keeps full gradients on every GPU, so it can sum the micro-steps locally and reduce once, at the
 # accumulation boundary. ZeRO-2 keeps only its partition of the gradients, so it must reduce-scatter on **every**
 # micro-step (DeepSpeed's engine: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as
@@ -326,6 +386,8 @@ assert plain(Q08, "Q08") == reference
 # and in buckets (next question). It is not even a literal reduce-scatter in DeepSpeed 0.19.8: by default
 # (`use_multi_rank_bucket_allreduce: true`) each bucket is all-reduced, in `stage_1_and_2.py`'s `average_tensor`; the
 # paper and zerolab count the reduce-scatter volume. Per optimizer step the volume grows with the accumulation steps:
+#
+# </details>
 
 # %%
 for stage in (1, 2, 3):
@@ -343,21 +405,29 @@ Q09 = next(c.buckets for c in comm.traffic(P13, 2, 8).collectives if c.op == "re
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex9_buckets", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import whole
+
 expected = next(c.buckets for c in comm.traffic(P13, 2, 8, reduce_bucket_size=comm.DEFAULT_BUCKET).collectives if c.op == "reduce-scatter")
-assert isinstance(Q09, int), "Q09 should be a whole number of buckets"
-assert Q09 == expected, "not right: the bucket size counts elements (parameters), not bytes"
+whole(Q09, "Q09", "a whole number of buckets")
+assert Q09 != 2 * expected, "Q09 counts bytes: the bucket size counts elements (parameters), not bytes"
+assert Q09 == expected, "Q09 is not right: how many elements does one bucket hold, and how many gradients are there?"
 ### BEGIN HIDDEN TESTS
 from zerolab import comm, units
-from zerolab.checks import plain
+from zerolab.checks import plain, whole
 
 reference = [c.buckets for c in comm.traffic(units.parse_count("13B"), 2, 8).collectives if c.op == "reduce-scatter"][0]
-assert plain(Q09, "Q09") == reference
+assert whole(plain(Q09, "Q09"), "Q09") == reference, "Q09 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** 13e9 gradient elements in buckets of 5e8 elements. Bucket sizes count elements, not bytes; each full
 # bucket is reduced while backward keeps producing the next (with `overlap_comm`). Smaller buckets mean more,
 # smaller calls and less buffer memory:
+#
+# </details>
 
 # %%
 for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
@@ -382,22 +452,29 @@ Q10 = "B"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex10_overlap_comm", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q10, str) and len(Q10.strip()) == 1 and Q10.strip().upper() in "ABCD", 'Q10 should be one letter, e.g. Q10 = "A"'
-assert Q10.strip().upper() != "A", "the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
-assert Q10.strip().upper() == "B", "not right: lesson 04 printed the defaults from DeepSpeed's own config class"
-### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.checks import choice
 
-assert plain(Q10, "Q10").strip().upper() == "B"
+_letter = choice(Q10, "ABCD", "Q10")
+assert _letter != "A", "Q10 is not right: the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
+assert _letter == "B", "Q10 is not right: lesson 04 printed the defaults from DeepSpeed's own config class"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q10, "Q10"), "ABCD", "Q10") == "B", "Q10 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer: B.** A validator in `deepspeed/runtime/zero/config.py` sets `overlap_comm = (stage == 3)` when you leave it
 # out (the docs table still says `false`). Overlap does not make communication faster: it runs the reduction of one
 # bucket on a side stream while backward fills the next, which hides communication only as far as there is compute to
 # hide it behind. The price is a second reduce buffer of `reduce_bucket_size` elements. **A common claim** puts it at
-# "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (commit cfa63f5).
+# "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (lesson 04).
 # What 0.19.8 allocates for gradient buckets at the default size, in fp16:
+#
+# </details>
 
 # %%
 for flag in (False, True):
@@ -471,24 +548,31 @@ Q12 = (_host["fp32_grads"] + _host["master_weights"] + _host["optimizer_states"]
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex12_host_ram", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import close_to
+
 host = memory.estimate(P13, 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
 expected = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
-assert isinstance(Q12, (int, float)), "Q12 should be a number of GB"
-assert close(Q12, expected), "not right: four fp32 values per parameter"
+close_to(Q12, expected, "Q12", 0.01, "GB", hint="four fp32 values per parameter",
+         slips={0.75: "that leaves out one of the four fp32 tensors: gradients, master weights, momentum, variance"})
 ### BEGIN HIDDEN TESTS
 from zerolab import memory, units
-from zerolab.checks import plain
+from zerolab.checks import close_to, plain
 
 host = memory.estimate(units.parse_count("13B"), 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
 reference = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
-assert abs(plain(Q12, "Q12") - reference) <= 0.01 * reference
+close_to(plain(Q12, "Q12"), reference, "Q12", 0.01, "GB")
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** 4 + 4 + 4 + 4 bytes per parameter. That is the floor; DeepSpeed's estimator multiplies by its
 # `additional_buffer_factor` and, for ZeRO-2, takes the larger of this and the load-time peak of every process
-# building the fp32 model on the CPU, which grows with the GPUs per node (DeepSpeed issue #5290). Offload's first
+# building the fp32 model on the CPU, which grows with the GPUs per node (a known DeepSpeed issue, lesson 04's references). Offload's first
 # failure is usually the host, not the GPU: processes killed with exit code -9.
+#
+# </details>
 
 # %%
 print("additional_buffer_factor (DeepSpeed's default):", memory.DEFAULT_BUFFER_FACTOR)
@@ -515,20 +599,27 @@ Q13 = "B"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex13_pin_memory", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q13, str) and len(Q13.strip()) == 1 and Q13.strip().upper() in "ABCD", 'Q13 should be one letter, e.g. Q13 = "A"'
-assert Q13.strip().upper() != "D", "that was true of older DeepSpeed versions; 0.19.8 changed the default"
-assert Q13.strip().upper() == "B", "not right: pinning is about host memory and how the GPU copies from it"
-### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.checks import choice
 
-assert plain(Q13, "Q13").strip().upper() == "B"
+_letter = choice(Q13, "ABCD", "Q13")
+assert _letter != "D", "Q13 is not right: that was true of older DeepSpeed versions; 0.19.8 changed the default"
+assert _letter == "B", "Q13 is not right: pinning is about host memory and how the GPU copies from it"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q13, "Q13"), "ABCD", "Q13") == "B", "Q13 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer: B.** Page-locked (pinned) memory cannot be swapped out, so the GPU can copy from it by DMA, asynchronously
 # and at full speed; pageable memory goes through a staging copy. It is not extra memory: the same buffers are
-# pinned. Since DeepSpeed PR #8207 the default is true (older tutorials say false). Because pinned pages cannot be
+# pinned. Since a 2026 DeepSpeed change the default is true (older tutorials say false). Because pinned pages cannot be
 # paged out, small hosts (free Colab, WSL2) run out of memory with it; there set `pin_memory: false`.
+#
+# </details>
 
 # %% [markdown]
 # ## Q14: fp16 or bf16 (1 point)
@@ -542,19 +633,30 @@ Q14 = {"T4": "fp16", "A100": "bf16"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex14_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q14, dict) and sorted(Q14) == ["A100", "T4"], 'Q14 should be {"T4": ..., "A100": ...}'
-assert Q14["T4"] == "fp16", "T4 is Turing (compute capability 7.5): it has no bf16 tensor cores"
-assert Q14["A100"] == "bf16", "A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
-### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.checks import choice, dict_keys
 
-assert plain(Q14, "Q14") == {"T4": "fp16", "A100": "bf16"}
+dict_keys(Q14, ["T4", "A100"], "Q14")
+assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == "fp16", \
+    "Q14['T4'] is not right: T4 is Turing (compute capability 7.5): it has no bf16 tensor cores"
+assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == "bf16", \
+    "Q14['A100'] is not right: A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import choice, dict_keys, plain
+
+answer = dict_keys(plain(Q14, "Q14"), ["T4", "A100"], "Q14")
+assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == {"T4": "fp16", "A100": "bf16"}, \
+    "Q14 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** bf16 keeps fp32's exponent range, so it needs no loss scaling; it is fast from Ampere (compute
 # capability 8.0) on. Older cards (T4, V100) train in fp16 with dynamic loss scaling. Both use 2 bytes, so memory is
 # the same. Enabling both is an error ("bfloat16 and fp16 modes cannot be simultaneously enabled").
+#
+# </details>
 
 # %% [markdown]
 # ## Q15: batch arithmetic (1 point)
@@ -568,28 +670,33 @@ Q15 = 16
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex15_batch", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import whole
 from zerolab.config import read_settings
 
 batch = {"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4}
-assert isinstance(Q15, int), "Q15 should be a whole number of steps"
+whole(Q15, "Q15", "a whole number of steps")
 assert Q15 != read_settings(batch, world_size=16).grad_accum, \
-    "the world size in the batch formula is the number of data-parallel replicas, not of GPUs"
+    "Q15 is not right: the world size in the batch formula is the number of data-parallel replicas, not of GPUs"
 assert Q15 == read_settings(batch, world_size=16 // 2).grad_accum, \
-    "not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
+    "Q15 is not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import exact_type, plain
+from zerolab.checks import plain, whole
 from zerolab.config import read_settings
 
-exact_type(Q15, int, "Q15")
-assert plain(Q15, "Q15") == read_settings({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4},
-                                          world_size=16 // 2).grad_accum
+assert whole(plain(Q15, "Q15"), "Q15") == read_settings({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4},
+                                                        world_size=16 // 2).grad_accum, "Q15 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** DeepSpeed checks `train_batch_size == micro batch x gradient_accumulation_steps x world size`, where the
 # world size is the **data-parallel** size (the model-parallel unit's data-parallel group, or the GPUs divided by the
 # sequence-parallel degree). Here 16 GPUs in pairs make 8 replicas. When DeepSpeed derives a missing value it uses
 # floor division, so a global batch that does not divide fails its own check (lesson 04).
+#
+# </details>
 
 # %% [markdown]
 # ## Q16: FSDP and ZeRO (1 point)
@@ -604,24 +711,33 @@ Q16 = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex16_fsdp", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert isinstance(Q16, dict) and sorted(Q16) == ["FULL_SHARD", "NO_SHARD", "SHARD_GRAD_OP"], \
-    'Q16 should be {"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}'
-assert Q16["FULL_SHARD"] == 3, "FULL_SHARD shards parameters, gradients and optimizer states"
-assert Q16["SHARD_GRAD_OP"] == 2, "SHARD_GRAD_OP shards gradients and optimizer states"
-assert Q16["NO_SHARD"] == 0, "NO_SHARD all-reduces like DDP"
-### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.checks import dict_keys, whole
 
-assert plain(Q16, "Q16") == {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
+dict_keys(Q16, ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16")
+for _name in Q16:
+    whole(Q16[_name], f"Q16['{_name}']", "a ZeRO stage, 0 to 3")
+assert Q16["FULL_SHARD"] == 3, "Q16['FULL_SHARD'] is not right: FULL_SHARD shards parameters, gradients and optimizer states"
+assert Q16["SHARD_GRAD_OP"] == 2, "Q16['SHARD_GRAD_OP'] is not right: SHARD_GRAD_OP shards gradients and optimizer states"
+assert Q16["NO_SHARD"] == 0, "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import dict_keys, plain
+
+assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == \
+    {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}, "Q16 is not right"
 ### END HIDDEN TESTS
+print("Right.")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer.** `FULL_SHARD` ≈ ZeRO-3, `SHARD_GRAD_OP` ≈ ZeRO-2, `NO_SHARD` ≈ DDP (Hugging Face Accelerate's FSDP guide
 # gives this mapping). The match is loose: `SHARD_GRAD_OP` gathers the parameters before forward and frees them after
 # backward, while DeepSpeed's ZeRO-2 keeps the fp16 parameters whole all the time. `HYBRID_SHARD` (full sharding
 # within a node, replicas across nodes) is closest to ZeRO++'s hpZ. ZeRO-1 has no FSDP strategy; PyTorch's
 # `ZeroRedundancyOptimizer` is its counterpart. FSDP2's `fully_shard` replaces the enum with
 # `reshard_after_forward` (True ≈ `FULL_SHARD`, False ≈ `SHARD_GRAD_OP`).
+#
+# </details>
 
 # %% [markdown]
 # ## Summary
@@ -732,3 +848,14 @@ for recompute in ("none", "full"):
     print(f"recompute {recompute:4s}: kept by the layers {units.format_bytes(act.layers * act.layer_bytes):>9}, "
           f"while one layer recomputes {units.format_bytes(sum(act.working.values())):>9}, "
           f"total {units.format_bytes(act.total_bytes):>9}")
+
+# %% [markdown]
+# ## References
+#
+# - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20,
+#   arXiv:1910.02054 (section 3.1 for 2 + 2 + K bytes, section 5 and Figure 1 for the per-GPU figures, section 7 for
+#   communication volume).
+# - DeepSpeed 0.19.8 source: `deepspeed/runtime/zero/config.py` (stage-dependent `overlap_comm`),
+#   `deepspeed/runtime/zero/offload_config.py` (`pin_memory`), `deepspeed/runtime/config.py` (batch arithmetic).
+# - Hugging Face Accelerate, FSDP guide: the FSDP sharding strategies and their ZeRO counterparts.
+# - Lesson 04's references for the DeepSpeed changes named here (pin_memory default, bucket multiplier, host RAM).

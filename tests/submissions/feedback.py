@@ -1,0 +1,382 @@
+"""Answers for the feedback regression suite (tests/test_feedback_regression.py).
+
+VARIANTS[lesson][exercise grade_id] = {"wrong": [(cell source, words its message must contain), ...],
+                                       "right": [cell source, ...]}
+A wrong answer must score 0 on its test cell with an AssertionError whose message contains the words (the mistake
+class first: "wrong type", "wrong unit", "wrong case", "missing key", ...). A right answer, written in another
+style than the course's solution, must earn the cell's full points.
+"""
+
+L01 = {
+    "ex1_model_state_bytes": {
+        "wrong": [
+            ("def model_state_bytes(params):\n    return [2 * params, 2 * params, 4 * params, 8 * params]\n",
+             "wrong type: model_state_bytes(1000) should be a dict"),
+            ("def model_state_bytes(params):\n    return {'Params': 2 * params, 'Grads': 2 * params,"
+             " 'Master_weights': 4 * params, 'Optimizer_states': 8 * params}\n", "wrong case"),
+            ("def model_state_bytes(params):\n    return {'params': 2 * params, 'grads': 2 * params,"
+             " 'optimizer_states': 12 * params}\n", "missing key"),
+            ("def model_state_bytes(params):\n    return {'params': params, 'grads': params,"
+             " 'master_weights': params, 'optimizer_states': 2 * params}\n", "elements"),
+            ("def model_state_bytes(params):\n    return {'params': str(2 * params), 'grads': str(2 * params),"
+             " 'master_weights': str(4 * params), 'optimizer_states': str(8 * params)}\n", "wrong type"),
+            ("def model_state_bytes(params):\n    return {'params': 2 * params, 'grads': 2 * params,"
+             " 'master_weights': 4 * params, 'optimizer_states': 12 * params}\n", "two fp32 tensors"),
+        ],
+        "right": [
+            "def model_state_bytes(params):\n    sizes = dict(params=2, grads=2, master_weights=4, optimizer_states=4 + 4)\n"
+            "    return {name: size * params for name, size in sizes.items()}\n",
+            "def model_state_bytes(params):\n    return {'params': 2.0 * params, 'grads': 2.0 * params,"
+            " 'master_weights': 4.0 * params, 'optimizer_states': 8.0 * params}\n",
+            "def model_state_bytes(params):\n    fp16, fp32 = 2, 4\n    out = {}\n    out['params'] = fp16 * params\n"
+            "    out['grads'] = fp16 * params\n    out['master_weights'] = fp32 * params\n"
+            "    out['optimizer_states'] = 2 * fp32 * params\n    return out\n",
+        ],
+    },
+    "ex2_per_gpu_bytes": {
+        "wrong": [
+            ("def per_gpu_bytes(params, stage, gpus):\n    p, g, o = 2 * params, 2 * params, 12 * params\n"
+             "    o = o / gpus if stage >= 1 else o\n    g = g / gpus if stage >= 2 else g\n"
+             "    p = p / gpus if stage >= 3 else p\n    return (p + g + o) / 1e9\n", "wrong unit"),
+            ("def per_gpu_bytes(params, stage, gpus):\n    return f'{16 * params} bytes'\n", "wrong type"),
+            ("def per_gpu_bytes(params, stage, gpus):\n    if stage == 2:\n        return 2 * params + 6 * params / gpus\n"
+             "    p, g, o = 2 * params, 2 * params, 12 * params\n    o = o / gpus if stage >= 1 else o\n"
+             "    g = g / gpus if stage >= 2 else g\n    p = p / gpus if stage >= 3 else p\n    return p + g + o\n",
+             "nothing to partition"),
+            ("def per_gpu_bytes(params, stage, gpus):\n    p, g, o = 2 * params, 2 * params, 12 * params\n"
+             "    o = o / gpus if stage >= 1 else o\n    g = g / gpus if stage >= 1 else g\n"
+             "    p = p / gpus if stage >= 3 else p\n    return p + g + o\n", "stage 2 partitions more"),
+            ("import numpy as np\ndef per_gpu_bytes(params, stage, gpus):\n    p, g, o = 2 * params, 2 * params, 12 * params\n"
+             "    o = o / gpus if stage >= 1 else o\n    g = g / gpus if stage >= 2 else g\n"
+             "    p = p / gpus if stage >= 3 else p\n    return np.float64(p + g + o)\n", "wrong type"),
+            ("def per_gpu_bytes(params, stage, gpus):\n    return 16 * params / gpus if stage else 16 * params\n",
+             "stage 2 partitions more"),
+        ],
+        "right": [
+            "def per_gpu_bytes(params, stage, gpus):\n    part = -(-params // gpus)  # DeepSpeed pads partitions\n"
+            "    p = 2 * (part if stage >= 3 else params)\n    g = 2 * (part if stage >= 2 else params)\n"
+            "    o = 12 * (part if stage >= 1 else params)\n    return p + g + o\n",
+            "def per_gpu_bytes(params, stage, gpus):\n    kept = [2, 2, 12]\n    for i in range(stage):\n"
+            "        kept[2 - i] /= gpus\n    return sum(kept) * params\n",
+            "def per_gpu_bytes(params, stage, gpus):\n    return int(sum(b * params // (gpus if stage > i else 1)"
+            " for i, b in enumerate((12, 2, 2))))\n",
+        ],
+    },
+    "ex3_fraction_kept": {
+        "wrong": [
+            ("def fraction_kept(stage, gpus):\n    kept = (2 / gpus if stage >= 3 else 2) + (2 / gpus if stage >= 2 else 2)"
+             " + (12 / gpus if stage >= 1 else 12)\n    return 100 * kept / 16\n", "percentage"),
+            ("def fraction_kept(stage, gpus):\n    kept = (2 / gpus if stage >= 3 else 2) + (2 / gpus if stage >= 2 else 2)"
+             " + (12 / gpus if stage >= 1 else 12)\n    return 1 - kept / 16\n", "fraction saved"),
+            ("def fraction_kept(stage, gpus):\n    return '1/8'\n", "wrong type"),
+            ("def fraction_kept(stage, gpus):\n    return [1.0, 0.75, 0.4, 0.15][stage] if stage < 3 else 1 / gpus\n",
+             "popular figure"),
+            ("def fraction_kept(stage, gpus):\n    kept = (2 / gpus if stage >= 3 else 2) + (2 / gpus if stage >= 1 else 2)"
+             " + (12 / gpus if stage >= 1 else 12)\n    return kept / 16\n", "each stage keeps less"),
+        ],
+        "right": [
+            "def fraction_kept(stage, gpus):\n    per_param = [16, 4 + 12 / gpus, 2 + 14 / gpus, 16 / gpus]\n"
+            "    return per_param[stage] / per_param[0]\n",
+            "from zerolab import memory as m\ndef fraction_kept(stage, gpus):\n"
+            "    return m.estimate(10**9, stage, gpus_per_node=gpus).gpu_bytes / m.estimate(10**9, 0).gpu_bytes\n",
+            "from fractions import Fraction\ndef fraction_kept(stage, gpus):\n"
+            "    k = [Fraction(2), Fraction(2), Fraction(12)]\n    for i in range(stage):\n        k[2 - i] /= gpus\n"
+            "    return float(sum(k) / 16)\n",
+        ],
+    },
+    "ex4_deepspeed_zero2_gib": {
+        "wrong": [
+            ("def deepspeed_zero2_gib(params, gpus):\n    return (2 * params + 18 * params / gpus) / 1e9\n", "wrong unit"),
+            ("def deepspeed_zero2_gib(params, gpus):\n    return 2 * params + 18 * params / gpus\n", "wrong unit"),
+            ("def deepspeed_zero2_gib(params, gpus):\n    return (2 * params + 14 * params / gpus) / 2**30\n",
+             "than the paper"),
+            ("def deepspeed_zero2_gib(params, gpus):\n    return round((2 * params + 18 * params / gpus) / 2**30, 2)\n",
+             "rounding"),
+            ("def deepspeed_zero2_gib(params, gpus):\n    return f'{(2 * params + 18 * params / gpus) / 2**30:.1f} GB'\n",
+             "wrong type"),
+            ("def deepspeed_zero2_gib(params, gpus):\n    g = (2 * params + 18 * params / gpus) / 2**30\n"
+             "    return (g * 2, g)\n", "wrong type"),
+        ],
+        "right": [
+            "def deepspeed_zero2_gib(params, gpus):\n    return (2 + 18 / gpus) * params / 2**30\n",
+            "import os\nos.environ.setdefault('DS_ACCELERATOR', 'cpu')\n"
+            "from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as f\n"
+            "def deepspeed_zero2_gib(params, gpus):\n"
+            "    return f(params, num_gpus_per_node=gpus, num_nodes=1, cpu_offload=False)[1] / 1024**3\n",
+            "def deepspeed_zero2_gib(params, gpus):\n    return round((2 * params + 18 * params // gpus) / GiB, 3)\n",
+        ],
+    },
+}
+
+
+
+def _path(letter, value):
+    return f"WRONG_PATH_{letter} = {value}\n"
+
+
+_FIXED = ('{"train_batch_size": %s, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, '
+          '"%s": {"enabled": True}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"%s}, '
+          '"offload_param": {"device": "cpu"}%s}}')
+
+
+def _fixed(batch="64", precision="bf16", nvme=', "nvme_path": "/local_nvme"', extra=""):
+    return "FIXED = " + _FIXED % (batch, precision, nvme, extra) + "\n"
+
+
+L05 = {
+    "ex1_path_a": {
+        "wrong": [(_path("A", '["zero_optimisation"]'), "wrong type"), (_path("A", "1"), "wrong type"),
+                  (_path("A", '"train_batch_size"'), "does not point at the problem"),
+                  (_path("A", '"bf16.enabled"'), "does not point at the problem"),
+                  (_path("A", '""'), "is empty"), (_path("A", '"stage"'), "does not point at the problem")],
+        "right": [_path("A", '"zero_optimization"'), _path("A", '" Zero_Optimisation "'),
+                  _path("A", '\'["zero_optimisation"]\'')],
+    },
+    "ex1_path_b": {
+        "wrong": [(_path("B", '"offload_param"'), "incomplete path"), (_path("B", "None"), "wrong type"),
+                  (_path("B", '"zero_optimization.offload_optimizer"'), "does not point at the problem"),
+                  (_path("B", '"fp16.loss_scale"'), "does not point at the problem"),
+                  (_path("B", '{"B": "zero_optimization.offload_param"}'), "wrong type")],
+        "right": [_path("B", '"zero_optimization.stage"'), _path("B", '\'zero_optimization["offload_param"]\''),
+                  _path("B", '"ZERO_OPTIMIZATION.OFFLOAD_PARAM"')],
+    },
+    "ex1_path_c": {
+        "wrong": [(_path("C", '"nvme_path"'), "incomplete path"), (_path("C", "3"), "wrong type"),
+                  (_path("C", '"zero_optimization.offload_param"'), "does not point at the problem"),
+                  (_path("C", '"bf16"'), "does not point at the problem"),
+                  (_path("C", '"train_batch_size"'), "does not point at the problem")],
+        "right": [_path("C", '"zero_optimization.offload_optimizer"'),
+                  _path("C", '"zero_optimization/offload_optimizer/nvme_path"'),
+                  _path("C", '"zero_optimization.offload_optimizer.device"')],
+    },
+    "ex2_fix_config": {
+        "wrong": [("import json\n" + _fixed().replace("FIXED = ", "FIXED = json.dumps(") .rstrip() + ")\n",
+                   "wrong type"),
+                  (_fixed(nvme=""), "still finds errors"),
+                  (_fixed(precision="fp16"), "wanted bf16"),
+                  (_fixed(nvme=', "nvme_path": "/mnt/nvme"'), "is not the folder"),
+                  (_fixed(batch="8"), "still finds errors"),
+                  (_fixed(extra=', "stage3_prefetch_bucket_size": "auto"'), "still warns")],
+        "right": [_fixed(nvme=', "nvme_path": "/local_nvme/"'),
+                  _fixed().replace('"train_batch_size": 64, ', ""),
+                  "import copy\nFIXED = copy.deepcopy(BROKEN)\nFIXED['train_batch_size'] = 4 * 2 * 8\ndel FIXED['fp16']\n"
+                  "zero = FIXED['zero_optimization']\ndel zero['mics_shard_size'], zero['stage3_prefetch_bucket_size']\n"
+                  "zero['offload_optimizer']['nvme_path'] = '/local_nvme'\n"],
+    },
+    "ex3_saved_bytes": {
+        "wrong": [("SAVED_BYTES = 2 * 7e9 * 7 / 8 / 1e9\n", "wrong unit"),
+                  ("SAVED_BYTES = 2 * 7e9 * 7 / 8 / 2**30\n", "wrong unit"),
+                  ("SAVED_BYTES = -2 * 7e9 * 7 / 8\n", "wrong sign"),
+                  ("SAVED_BYTES = '12.25 GB'\n", "wrong type"),
+                  ("SAVED_BYTES = 2 * 7e9\n", "not right"),
+                  ("SAVED_BYTES = 7e9 * (14 / 8 - 16 / 8)\n", "not right")],
+        "right": ["SAVED_BYTES = 2 * 7 * 10**9 * (1 - 1 / 8)\n",
+                  "_d = compare_configs(P_CONFIG, Q_CONFIG, params=7 * 10**9, gpus_per_node=8, accounting='paper')\n"
+                  "SAVED_BYTES = _d.effect_a.memory.gpu_bytes - _d.effect_b.memory.gpu_bytes\n",
+                  "SAVED_BYTES = int(12.25e9)\n"],
+    },
+    "ex4_extra_traffic": {
+        "wrong": [("EXTRA_PSI = 0\n", "same volume only without"), ("EXTRA_PSI = -7\n", "wrong sign"),
+                  ("EXTRA_PSI = 7 * 7e9 * 2\n", "wrong unit"), ("EXTRA_PSI = '7'\n", "wrong type"),
+                  ("EXTRA_PSI = 8\n", "not right"), ("EXTRA_PSI = 7 * 7e9\n", "wrong unit")],
+        "right": ["EXTRA_PSI = 7\n", "EXTRA_PSI = 9.0 - 2.0\n",
+                  "from zerolab import comm\nEXTRA_PSI = (comm.traffic(10**9, 2, 8, grad_accum=8).volume_in_params"
+                  " - comm.traffic(10**9, 1, 8, grad_accum=8).volume_in_params)\n"],
+    },
+}
+
+VARIANTS = {"01_where_memory_goes": L01, "05_config_doctor": L05}
+
+_SKELETON = '''def build_deepspeed_config():
+    ds_config = {
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+        "fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                 "hysteresis": 2, "min_loss_scale": 1},
+        "zero_optimization": {"contiguous_gradients": True},
+        "train_batch_size": 32,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 8,
+    }
+    zero = ds_config["zero_optimization"]
+'''
+
+
+def _build(*lines):
+    return _SKELETON + "".join(f"    {line}\n" for line in lines) + "    return ds_config\n"
+
+
+_GOOD = ('zero["stage"] = 2', 'zero["overlap_comm"] = True',
+         'zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}')
+
+
+def _accum(body):
+    return "def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size):\n" + body
+
+
+def _precision(body):
+    return "def mixed_precision(compute_capability):\n" + body
+
+
+def _zero3(body):
+    return "import copy\ndef zero3_offload(config):\n" + body
+
+
+_Z3 = ('    result = copy.deepcopy(config)\n    zero = result.setdefault("zero_optimization", {})\n'
+       '    zero["stage"] = %s\n    zero["offload_optimizer"] = {"device": %s, "pin_memory": %s}\n'
+       '    zero["offload_param"] = {"device": "cpu", "pin_memory": True}\n    return result\n')
+
+L04 = {
+    "ex1_build_config": {
+        "wrong": [(_build(_GOOD[0], 'zero["overlap_comm"] = "true"', _GOOD[2]), "wrong type"),
+                  (_build('zero["stage"] = "2"', *_GOOD[1:]), "wrong type"),
+                  (_build(*_GOOD[:2], 'zero["offload_optimizer"] = {"device": "CPU", "pin_memory": True}'), "wrong case"),
+                  (_build(*_GOOD, 'ds_config["train_batch_size"] = 256  # for 8 GPUs'), "was changed"),
+                  (_build(*_GOOD[:2]), "missing key"),
+                  (_build(*_GOOD[:2], 'zero["offload_optimizer"] = {"device": "cpu"}'), "missing key")],
+        "right": [_build(*_GOOD),
+                  _build('zero.update(stage=2, overlap_comm=True, offload_optimizer=dict(device="cpu", pin_memory=True))'),
+                  _build('ds_config["zero_optimization"] = {**zero, "stage": 2, "overlap_comm": True,'
+                         ' "offload_optimizer": {"device": "cpu", "pin_memory": True}}')],
+    },
+    "ex2_grad_accum": {
+        "wrong": [(_accum("    return train_batch_size / (micro_batch_per_gpu * world_size)\n"), "wrong type"),
+                  (_accum("    if train_batch_size % micro_batch_per_gpu:\n        raise ValueError('no')\n"
+                          "    return train_batch_size // micro_batch_per_gpu\n"), "left out world_size"),
+                  (_accum("    return train_batch_size // (micro_batch_per_gpu * world_size)\n"), "raise ValueError"),
+                  (_accum("    return str(train_batch_size // (micro_batch_per_gpu * world_size))\n"), "wrong type"),
+                  (_accum("    return round(train_batch_size / (micro_batch_per_gpu * world_size))\n"), "raise ValueError"),
+                  (_accum("    if train_batch_size % micro_batch_per_gpu:\n        raise ValueError('no')\n"
+                          "    return train_batch_size // (micro_batch_per_gpu * world_size)\n"), "should raise ValueError")],
+        "right": [_accum("    steps, rest = divmod(train_batch_size, micro_batch_per_gpu * world_size)\n"
+                         "    if rest:\n        raise ValueError(f'{rest} samples left over')\n    return steps\n"),
+                  "class BatchError(ValueError):\n    pass\n" + _accum(
+                      "    per_step = micro_batch_per_gpu * world_size\n    if train_batch_size % per_step != 0:\n"
+                      "        raise BatchError('does not divide')\n    return train_batch_size // per_step\n"),
+                  _accum("    steps = train_batch_size / (micro_batch_per_gpu * world_size)\n"
+                         "    if not steps.is_integer():\n        raise ValueError('not whole')\n    return int(steps)\n")],
+    },
+    "ex3_precision": {
+        "wrong": [(_precision("    b = compute_capability >= (8, 0)\n"
+                              "    return {'fp16': {'enabled': str(not b).lower()}, 'bf16': {'enabled': str(b).lower()}}\n"),
+                   "wrong type"),
+                  (_precision("    if compute_capability >= (8, 0):\n        return {'bf16': {'enabled': True}}\n"
+                              "    return {'fp16': {'enabled': True}}\n"), "missing key"),
+                  (_precision("    b = compute_capability >= (8, 0)\n    return {'fp16': not b, 'bf16': b}\n"),
+                   "missing key"),
+                  (_precision("    b = compute_capability >= (7, 0)\n"
+                              "    return {'fp16': {'enabled': not b}, 'bf16': {'enabled': b}}\n"), "no bf16 tensor cores"),
+                  (_precision("    b = compute_capability >= (8, 0)\n"
+                              "    return {'FP16': {'enabled': not b}, 'BF16': {'enabled': b}}\n"), "wrong case"),
+                  (_precision("    b = compute_capability[0] > 8\n"
+                              "    return {'fp16': {'enabled': not b}, 'bf16': {'enabled': b}}\n"), "runs bf16 natively")],
+        "right": [_precision("    major, minor = compute_capability\n    ampere = major >= 8\n"
+                             "    return dict(fp16=dict(enabled=not ampere), bf16=dict(enabled=ampere))\n"),
+                  _precision("    if list(compute_capability) >= [8, 0]:\n"
+                             "        return {'fp16': {'enabled': False}, 'bf16': {'enabled': True}}\n"
+                             "    return {'fp16': {'enabled': True, 'loss_scale': 0}, 'bf16': {'enabled': False}}\n"),
+                  _precision("    b = bool(compute_capability[0] >= 8)\n"
+                             "    return {'bf16': {'enabled': b}, 'fp16': {'enabled': not b}}\n")],
+    },
+    "ex4_zero3_offload": {
+        "wrong": [(_zero3("    zero = config.setdefault('zero_optimization', {})\n    zero['stage'] = 3\n"
+                          "    zero['offload_optimizer'] = {'device': 'cpu', 'pin_memory': True}\n"
+                          "    zero['offload_param'] = {'device': 'cpu', 'pin_memory': True}\n    return config\n"),
+                   "work on a copy"),
+                  (_zero3("    result = copy.deepcopy(config)\n    result['zero_optimization']['stage'] = 3\n"
+                          "    result['zero_optimization']['offload_optimizer'] = {'device': 'cpu', 'pin_memory': True}\n"
+                          "    result['zero_optimization']['offload_param'] = {'device': 'cpu', 'pin_memory': True}\n"
+                          "    return result\n"), "missing key"),
+                  (_zero3(_Z3 % ("3", '"cpu"', '"true"')), "wrong type"),
+                  (_zero3(_Z3 % ('"3"', '"cpu"', "True")), "wrong type"),
+                  (_zero3(_Z3 % ("3", '"CPU"', "True")), "wrong case"),
+                  (_zero3("    result = copy.deepcopy(config)\n    zero = result.setdefault('zero_optimization', {})\n"
+                          "    zero['stage'] = 3\n    zero['offload_param'] = {'device': 'cpu', 'pin_memory': True}\n"
+                          "    return result\n"), "missing key")],
+        "right": [_zero3(_Z3 % ("3", '"cpu"', "True")),
+                  _zero3("    offload = {'device': 'cpu', 'pin_memory': True}\n"
+                         "    return {**copy.deepcopy(config), 'zero_optimization': {**copy.deepcopy(config.get("
+                         "'zero_optimization', {})), 'stage': 3, 'offload_optimizer': dict(offload),"
+                         " 'offload_param': dict(offload)}}\n"),
+                  "import json\ndef zero3_offload(config):\n    result = json.loads(json.dumps(config))\n"
+                  "    zero = result.get('zero_optimization') or {}\n    result['zero_optimization'] = zero\n"
+                  "    zero.update(stage=3)\n    for key in ('offload_optimizer', 'offload_param'):\n"
+                  "        zero[key] = {**zero.get(key, {}), 'device': 'cpu', 'pin_memory': True}\n    return result\n"],
+    },
+}
+
+VARIANTS["04_writing_the_config"] = L04
+
+
+def _q(name, wrong, right):
+    return {"wrong": [(f"{name} = {value}\n", words) for value, words in wrong],
+            "right": [f"{name} = {value}\n" for value in right]}
+
+
+_Q04 = '{"zero1": %s, "zero2": %s, "zero3": %s}'
+_Q16 = '{"FULL_SHARD": %s, "SHARD_GRAD_OP": %s, "NO_SHARD": %s}'
+L07 = {
+    "ex1_bytes_per_param": _q("Q01", [('"16 bytes"', "wrong type"), ("12", "master weights"), ("2", "only the fp16"),
+                                      ("16e-9", "wrong unit"), ("20", "not right"), ("True", "wrong type")],
+                              ["16", "16.0", "2 + 2 + 4 + 4 + 4"]),
+    "ex2_k12": _q("Q02", [("2", "wrong type"), ('"E"', "should be one of"), ('"A"', "not right"),
+                          ('["B"]', "wrong type"), ('"D"', "not right")], ['"B"', '" b "', '"b"']),
+    "ex3_adam_13b": _q("Q03", [("52", "one fp32 tensor"), ("104e9", "wrong unit"), ("96.86", "wrong unit"),
+                               ("156", "master weights"), ('"104 GB"', "wrong type")],
+                       ["104", "104.0", "13e9 * 8 / 1e9", "103.5"]),
+    "ex4_paper_example": _q("Q04", [('{"ZeRO-1": 31.4, "ZeRO-2": 16.6, "ZeRO-3": 1.9}', "missing key"),
+                                    ('{"Zero1": 31.4, "zero2": 16.6, "zero3": 1.9}', "wrong case"),
+                                    (_Q04 % ("31.4e9", "16.6e9", "1.9e9"), "wrong unit"),
+                                    ("[31.4, 16.6, 1.9]", "wrong type"),
+                                    (_Q04 % ("31.4", "7.5 * (2 + 2 / 64 + 12)", "1.9"), "not right")],
+                            [_Q04 % ("31.4", "16.6", "1.9"),
+                             "{f'zero{s}': 7.5 * b for s, b in ((1, 4 + 12 / 64), (2, 2 + 14 / 64), (3, 16 / 64))}",
+                             "dict(zero1=31.41, zero2=16.64, zero3=1.875)"]),
+    "ex5_zero2_13b": _q("Q05", [("36", "popular wrong answer"), ("48.75e9", "wrong unit"), ("45.4", "wrong unit"),
+                                ("55.25", "DeepSpeed's estimator"), ('"48.75"', "wrong type"), ("26", "not right")],
+                        ["48.75", "48.8", "13e9 * (2 + 14 / 8) / 1e9"]),
+    "ex6_zero1_fraction": _q("Q06", [("34.375", "percentage"), ("0.75", "popular wrong figure"),
+                                     ("0.65625", "fraction saved"), ('"0.34"', "wrong type"), ("0.25", "not right")],
+                             ["0.34375", "0.344", "5.5 / 16"]),
+    "ex7_comm_volume": _q("Q07", [('{"ddp": "2Ψ", "zero1": "2Ψ", "zero2": "2Ψ", "zero3": "3Ψ"}', "wrong type"),
+                                  ('{"DDP": 2, "zero1": 2, "zero2": 2, "zero3": 3}', "wrong case"),
+                                  ('{"ddp": 2, "zero1": 2, "zero2": 2}', "missing key"),
+                                  ('{"ddp": 2, "zero1": 2, "zero2": 2, "zero3": 2}', "not right"),
+                                  ("[2, 2, 2, 3]", "wrong type")],
+                          ['{"ddp": 2, "zero1": 2, "zero2": 2, "zero3": 3}',
+                           '{"ddp": 2.0, "zero1": 2.0, "zero2": 2.0, "zero3": 3.0}',
+                           "dict(ddp=2, zero1=2, zero2=2, zero3=1.5 * 2)"]),
+    "ex8_grad_accum": _q("Q08", [('{"zero1": 1.0, "zero2": 4.0}', "wrong type"), ('{"zero1": 4, "zero2": 4}', "ZeRO-1"),
+                                 ('{"zero1": 1, "zero2": 1}', "ZeRO-2 keeps only"),
+                                 ('{"Zero1": 1, "zero2": 4}', "wrong case"), ("(1, 4)", "wrong type")],
+                         ['{"zero1": 1, "zero2": 4}', "dict(zero1=1, zero2=4)",
+                          "{f'zero{s}': n for s, n in ((1, 1), (2, 4))}"]),
+    "ex9_buckets": _q("Q09", [("26.0", "wrong type"), ("52", "counts bytes"), ('"26"', "wrong type"),
+                              ("13", "not right"), ("27", "not right")],
+                      ["26", "int(13e9 // 5e8)", "-(-13_000_000_000 // 500_000_000)"]),
+    "ex10_overlap_comm": _q("Q10", [('"A"', "4.5x"), ('"C"', "not right"), ("1", "wrong type"),
+                                    ('"B)"', "should be one of"), ('"D"', "not right")], ['"B"', '"b"', '" B\\n"']),
+    "ex12_host_ram": _q("Q12", [("156", "leaves out one"), ("208e9", "wrong unit"), ("193.7", "wrong unit"),
+                                ('"208"', "wrong type"), ("104", "not right")], ["208", "208.0", "13 * 16"]),
+    "ex13_pin_memory": _q("Q13", [('"D"', "older DeepSpeed"), ('"A"', "not right"), ('["B"]', "wrong type"),
+                                  ('""', "should be one of"), ("2", "wrong type")], ['"B"', '"b"', '"  B"']),
+    "ex14_precision": _q("Q14", [('{"T4": "bf16", "A100": "bf16"}', "no bf16 tensor cores"),
+                                 ('{"t4": "fp16", "A100": "bf16"}', "wrong case"),
+                                 ('{"T4": 16, "A100": "bf16"}', "wrong type"),
+                                 ('{"T4": "fp16"}', "missing key"),
+                                 ('{"T4": "fp32", "A100": "bf16"}', "should be one of")],
+                         ['{"T4": "FP16", "A100": "BF16"}', '{"A100": "bf16", "T4": "fp16"}',
+                          'dict(T4=" fp16", A100="bf16")']),
+    "ex15_batch": _q("Q15", [("16.0", "wrong type"), ("8", "not of GPUs"), ('"16"', "wrong type"),
+                             ("32", "not right"), ("4", "not right")], ["16", "512 // (4 * 8)", "int(512 / 32)"]),
+    "ex16_fsdp": _q("Q16", [(_Q16 % ('"3"', '"2"', '"0"'), "wrong type"),
+                            ('{"full_shard": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}', "wrong case"),
+                            ('{"FULL_SHARD": 3, "SHARD_GRAD_OP": 2}', "missing key"),
+                            (_Q16 % (2, 1, 0), "FULL_SHARD shards"), (_Q16 % ("3.0", "2.0", "0.0"), "wrong type")],
+                    [_Q16 % (3, 2, 0), "dict(FULL_SHARD=3, SHARD_GRAD_OP=2, NO_SHARD=0)",
+                     '{"NO_SHARD": 0, "FULL_SHARD": 3, "SHARD_GRAD_OP": 2}']),
+}
+
+VARIANTS["07_interview_drill"] = L07
+
+# Exercises another session edits at the same time as this suite was written: no variants yet.
+NOT_COVERED = {"07_interview_drill": {"ex11_offload_pcie"}}
