@@ -150,6 +150,10 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
     def coll(op, purpose, when, times, bucket):
         return Collective(op, purpose, when, psi, times, math.ceil(psi / bucket), element, n)
 
+    # ZeRO-1/2 gather the updated parameters with one all_gather_into_tensor per parameter group whenever torch has
+    # it (runtime/utils.py all_gather_dp_groups); allgather_bucket_size only shapes the legacy all_gather fallback.
+    allgather_bucket_size = psi
+
     if stage == 0:
         # DeepSpeed's stage 0 averages the gradients in engine.allreduce_gradients, after backward returns.
         collectives = (coll("all-reduce", "average gradients", "after backward", 1, reduce_bucket_size),)

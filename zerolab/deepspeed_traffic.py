@@ -1,0 +1,117 @@
+"""DeepSpeed 0.19.8's own traffic per rank and optimizer step: collectives and offload copies, as the meter measured them.
+
+zerolab.comm.traffic counts volumes the ZeRO paper's way. This module models what DeepSpeed 0.19.8 really does on
+one rank, checked call for call against zerolab.run.meter on real 2-rank runs (tests/test_traffic_measured.py):
+
+ZeRO-1/2 (stage_1_and_2.py), the flat parameter buffer padded to a multiple of 2 x ranks elements:
+- each gradient bucket is all-reduced (``use_multi_rank_bucket_allreduce``), on every micro-step at stage 2 and at
+  the accumulation boundary at stage 1, in the training dtype;
+- the updated parameters come back with one all_gather_into_tensor of the whole padded flat buffer per parameter
+  group (runtime/utils.py ``all_gather_dp_groups``);
+- the gradient norm is one all-reduce of one fp32 element.
+
+Offload to the CPU, ZeRO-1/2 (``copy_grads_in_partition``): at the boundary the rank's gradient partition is cast to
+fp32 on the device and copied to the host fp32 gradient (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``): 4
+bytes per element. With gradient accumulation every micro-step also copies the 16-bit gradient of each parameter
+the rank owns (whole parameters, ``async_accumulate_grad_in_cpu_via_gpu``) to a host accumulation buffer, and from
+the second micro-step on brings that buffer back first to add to it. After CPU Adam the updated 16-bit partition
+goes back to the device once per step.
+"""
+import math
+
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+ALIGNMENT = 2  # stage_1_and_2.py nccl_start_alignment_factor: partitions start on 4-byte boundaries of 16-bit values
+
+
+def flat_partition(param_sizes, world_size, rank):
+    """(padded partition size, elements of the whole parameters that overlap ``rank``'s partition) for ZeRO-1/2."""
+    total = sum(param_sizes)
+    padded = math.ceil(total / (ALIGNMENT * world_size)) * ALIGNMENT * world_size
+    size = padded // world_size
+    start, end = rank * size, (rank + 1) * size
+    owned, offset = 0, 0
+    for numel in param_sizes:
+        if offset < end and offset + numel > start:
+            owned += numel
+        offset += numel
+    return size, owned, padded
+
+
+def zero12_offload_bytes(partition, owned, grad_accum, element, stage):
+    """(device-to-host, host-to-device) bytes of one rank per optimizer step, ZeRO-1/2 with CPU optimizer offload."""
+    accumulating_copies = grad_accum if grad_accum > 1 else 0
+    if stage == 1 and grad_accum > 1:
+        accumulating_copies = 1  # stage 1 reduces (and offloads) only at the boundary, as a later micro-step
+    d2h = 4 * partition + element * owned * accumulating_copies
+    h2d = element * partition + element * owned * max(0, accumulating_copies - (1 if stage == 2 else 0))
+    return d2h, h2d
+
+
+def _collective(op, dtype, calls, elements):
+    return {"op": op, "dtype": dtype, "calls": calls, "elements": elements,
+            "bytes": elements * ELEMENT_BYTES[dtype]}
+
+
+def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision="bf16", offload_optimizer="none",
+                 offload_param="none"):
+    """One rank's collectives and offload bytes in one optimizer step of DeepSpeed 0.19.8, in the meter's shape.
+
+    ``param_sizes`` are the model's parameter sizes in order (one parameter group, default bucket sizes, as
+    zerolab.run.make_config builds it). Returns {"collectives": [{op, dtype, calls, elements, bytes}],
+    "device_to_host_bytes", "host_to_device_bytes"}, or None for stage 0 (no ZeRO optimizer to model).
+    """
+    if stage not in (1, 2, 3):
+        return None
+    element = ELEMENT_BYTES[precision]
+    total = sum(param_sizes)
+    d2h = h2d = 0
+    if stage in (1, 2):
+        partition, owned, padded = flat_partition(param_sizes, world_size, rank)
+        reductions = grad_accum if stage == 2 else 1
+        collectives = [_collective("all-reduce", precision, reductions, reductions * total),
+                       _collective("all-reduce", "fp32", 1, 1),
+                       _collective("all-gather", precision, 1, padded)]
+        if offload_optimizer == "cpu":
+            d2h, h2d = zero12_offload_bytes(partition, owned, grad_accum, element, stage)
+    else:
+        collectives = zero3_collectives(param_sizes, world_size, grad_accum, precision)
+        d2h, h2d = zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer,
+                                       offload_param)
+    merged = {}
+    for row in collectives:
+        key = (row["op"], row["dtype"])
+        if key in merged:
+            for field in ("calls", "elements", "bytes"):
+                merged[key][field] += row[field]
+        else:
+            merged[key] = dict(row)
+    return {"collectives": list(merged.values()), "device_to_host_bytes": d2h, "host_to_device_bytes": h2d}
+
+
+def zero3_partition(numel, world_size, rank):
+    """(padded partition size, whether ``rank``'s piece holds real data) of one parameter under ZeRO-3."""
+    size = math.ceil(numel / world_size)
+    return size, size * rank < numel
+
+
+def zero3_collectives(param_sizes, world_size, grad_accum, precision):
+    """ZeRO-3 (persistence threshold 0): every parameter gathered for forward and for backward, gradients reduced."""
+    gathered = sum(zero3_partition(n, world_size, 0)[0] * world_size for n in param_sizes)
+    return [_collective("all-gather", precision, 2 * grad_accum * len(param_sizes), 2 * grad_accum * gathered),
+            _collective("reduce-scatter", precision, grad_accum, grad_accum * gathered),
+            _collective("all-reduce", "fp32", 1, 1)]
+
+
+def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer, offload_param):
+    """(device-to-host, host-to-device) bytes of one rank per optimizer step under ZeRO-3 offload, on CPU ranks."""
+    d2h = h2d = 0
+    owned = sum(size for size, real in (zero3_partition(n, world_size, rank) for n in param_sizes) if real)
+    mine = sum(zero3_partition(n, world_size, rank)[0] for n in param_sizes)
+    if offload_optimizer == "cpu":
+        d2h += element * owned + 4 * owned  # first micro-step's gradient partition, then the fp32 copy at the boundary
+        h2d += element * owned  # the buffer is taken back to the device after the first copy (partition_grads)
+        if offload_param == "none":
+            h2d += element * mine  # updated 16-bit partition into the device's flat buffer
+    if offload_param == "cpu":
+        h2d += 2 * grad_accum * element * mine  # the partition fetched for forward and for backward
+    return d2h, h2d
