@@ -76,7 +76,7 @@ def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision
     else:
         collectives = zero3_collectives(param_sizes, world_size, grad_accum, precision)
         d2h, h2d = zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer,
-                                       offload_param)
+                                       offload_param, device="cpu")
     merged = {}
     for row in collectives:
         key = (row["op"], row["dtype"])
@@ -102,16 +102,43 @@ def zero3_collectives(param_sizes, world_size, grad_accum, precision):
             _collective("all-reduce", "fp32", 1, 1)]
 
 
-def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer, offload_param):
-    """(device-to-host, host-to-device) bytes of one rank per optimizer step under ZeRO-3 offload, on CPU ranks."""
+def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer, offload_param,
+                        device="cpu"):
+    """(device-to-host, host-to-device) bytes of one rank per optimizer step under ZeRO-3 offload.
+
+    stage3.py ``partition_grads``: the first micro-step copies the gradient partition into the host buffer and takes
+    that buffer back to the device; on a GPU each later micro-step brings the buffer to the device, adds, and copies
+    it back, while on CPU ranks (the buffer counts as on the accelerator) it adds in place. At the boundary the
+    partition goes to the host fp32 gradient as fp32. After the step the updated 16-bit partition is copied into the
+    device's flat buffer, unless the parameters are offloaded too; then every fetch (forward and backward, each
+    micro-step) brings the partition from the host.
+    """
     d2h = h2d = 0
     owned = sum(size for size, real in (zero3_partition(n, world_size, rank) for n in param_sizes) if real)
     mine = sum(zero3_partition(n, world_size, rank)[0] for n in param_sizes)
     if offload_optimizer == "cpu":
-        d2h += element * owned + 4 * owned  # first micro-step's gradient partition, then the fp32 copy at the boundary
-        h2d += element * owned  # the buffer is taken back to the device after the first copy (partition_grads)
+        round_trips = grad_accum if device != "cpu" else 1
+        d2h += element * owned * round_trips + 4 * owned
+        h2d += element * owned * round_trips
         if offload_param == "none":
-            h2d += element * mine  # updated 16-bit partition into the device's flat buffer
+            h2d += element * mine
     if offload_param == "cpu":
-        h2d += 2 * grad_accum * element * mine  # the partition fetched for forward and for backward
+        h2d += 2 * grad_accum * element * mine
     return d2h, h2d
+
+
+def offload_bytes(params, stage, world_size, grad_accum=1, precision="fp16", offload_optimizer="cpu",
+                  offload_param="none", device="cuda"):
+    """(device-to-host, host-to-device) bytes per GPU and optimizer step for a large model (partitions of params/N)."""
+    element = ELEMENT_BYTES[precision]
+    if stage in (1, 2):
+        if offload_optimizer == "none":
+            return 0, 0
+        partition = params / world_size
+        return tuple(round(x) for x in zero12_offload_bytes(partition, partition, grad_accum, element, stage))
+    if stage == 3:
+        sizes = [params]
+        d2h, h2d = zero3_offload_bytes(sizes, world_size, 0, grad_accum, element, offload_optimizer, offload_param,
+                                       device)
+        return d2h, h2d
+    return 0, 0
