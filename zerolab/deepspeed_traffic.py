@@ -53,7 +53,7 @@ def _collective(op, dtype, calls, elements):
 
 
 def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision="bf16", offload_optimizer="none",
-                 offload_param="none"):
+                 offload_param="none", device="cpu"):
     """One rank's collectives and offload bytes in one optimizer step of DeepSpeed 0.19.8, in the meter's shape.
 
     ``param_sizes`` are the model's parameter sizes in order (one parameter group, default bucket sizes, as
@@ -76,7 +76,7 @@ def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision
     else:
         collectives = zero3_collectives(param_sizes, world_size, grad_accum, precision)
         d2h, h2d = zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer,
-                                       offload_param, device="cpu")
+                                       offload_param, device)
     merged = {}
     for row in collectives:
         key = (row["op"], row["dtype"])

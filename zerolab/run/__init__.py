@@ -66,7 +66,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
                      predicted=predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest),
                      loss=[sum(step) / len(step) for step in zip(*losses)],
                      predicted_traffic=[step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision,
-                                                     offload_optimizer, offload_param) for rank in range(ranks)])
+                                                     offload_optimizer, offload_param, device) for rank in range(ranks)])
 
 
 def run_in_notebook(config=None, ranks=2, steps=3, **options):
