@@ -8,7 +8,8 @@ ZeRO-1/2 (stage_1_and_2.py), the flat parameter buffer padded to a multiple of 2
   the accumulation boundary at stage 1, in the training dtype;
 - the updated parameters come back with one all_gather_into_tensor of the whole padded flat buffer per parameter
   group (runtime/utils.py ``all_gather_dp_groups``);
-- the gradient norm is one all-reduce of one fp32 element.
+- the gradient norm is one all-reduce of one fp32 element; in fp16, and in bf16 with ``bf16.check_grad_overflow``
+  (default true), the overflow flag is one all-reduce of one uint8 (``has_overflow``).
 
 Offload to the CPU, ZeRO-1/2 (``copy_grads_in_partition``): at the boundary the rank's gradient partition is cast to
 fp32 on the device and copied to the host fp32 gradient (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``): 4
@@ -19,7 +20,8 @@ goes back to the device once per step.
 """
 import math
 
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "float32": 4, "float16": 2, "bfloat16": 2, "uint8": 1}
+DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch's names, as the meter reports them
 ALIGNMENT = 2  # stage_1_and_2.py nccl_start_alignment_factor: partitions start on 4-byte boundaries of 16-bit values
 
 
@@ -68,9 +70,11 @@ def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision
     if stage in (1, 2):
         partition, owned, padded = flat_partition(param_sizes, world_size, rank)
         reductions = grad_accum if stage == 2 else 1
-        collectives = [_collective("all-reduce", precision, reductions, reductions * total),
-                       _collective("all-reduce", "fp32", 1, 1),
-                       _collective("all-gather", precision, 1, padded)]
+        collectives = [_collective("all-reduce", DTYPE[precision], reductions, reductions * total),
+                       _collective("all-reduce", "float32", 1, 1),
+                       _collective("all-gather", DTYPE[precision], 1, padded)]
+        if precision != "fp32":
+            collectives.append(_collective("all-reduce", "uint8", 1, 1))
         if offload_optimizer == "cpu":
             d2h, h2d = zero12_offload_bytes(partition, owned, grad_accum, element, stage)
     else:
@@ -97,9 +101,10 @@ def zero3_partition(numel, world_size, rank):
 def zero3_collectives(param_sizes, world_size, grad_accum, precision):
     """ZeRO-3 (persistence threshold 0): every parameter gathered for forward and for backward, gradients reduced."""
     gathered = sum(zero3_partition(n, world_size, 0)[0] * world_size for n in param_sizes)
-    return [_collective("all-gather", precision, 2 * grad_accum * len(param_sizes), 2 * grad_accum * gathered),
-            _collective("reduce-scatter", precision, grad_accum, grad_accum * gathered),
-            _collective("all-reduce", "fp32", 1, 1)]
+    dtype = DTYPE[precision]
+    return [_collective("all-gather", dtype, 2 * grad_accum * len(param_sizes), 2 * grad_accum * gathered),
+            _collective("reduce-scatter", dtype, grad_accum, grad_accum * gathered),
+            _collective("all-reduce", "float32", 1, 1)]
 
 
 def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer, offload_param,
