@@ -15,8 +15,8 @@ Offload to the CPU, ZeRO-1/2 (``copy_grads_in_partition``): at the boundary the 
 fp32 on the device and copied to the host fp32 gradient (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``): 4
 bytes per element. With gradient accumulation every micro-step also copies the 16-bit gradient of each parameter
 the rank owns (whole parameters, ``async_accumulate_grad_in_cpu_via_gpu``) to a host accumulation buffer, and from
-the second micro-step on brings that buffer back first to add to it. After CPU Adam the updated 16-bit partition
-goes back to the device once per step.
+the second micro-step on brings that buffer back first to add to it (stage 2 only: stage 1 reduces once, at the
+boundary, and skips the buffer). After CPU Adam the updated 16-bit partition goes back to the device once per step.
 """
 import math
 
@@ -41,11 +41,11 @@ def flat_partition(param_sizes, world_size, rank):
 
 def zero12_offload_bytes(partition, owned, grad_accum, element, stage):
     """(device-to-host, host-to-device) bytes of one rank per optimizer step, ZeRO-1/2 with CPU optimizer offload."""
-    accumulating_copies = grad_accum if grad_accum > 1 else 0
-    if stage == 1 and grad_accum > 1:
-        accumulating_copies = 1  # stage 1 reduces (and offloads) only at the boundary, as a later micro-step
+    # Stage 1 reduces (and offloads) only at the boundary, where the micro-step counter is back at 0 (measured): no
+    # accumulation buffer. Stage 2 offloads on every micro-step.
+    accumulating_copies = grad_accum if grad_accum > 1 and stage == 2 else 0
     d2h = 4 * partition + element * owned * accumulating_copies
-    h2d = element * partition + element * owned * max(0, accumulating_copies - (1 if stage == 2 else 0))
+    h2d = element * partition + element * owned * max(0, accumulating_copies - 1)
     return d2h, h2d
 
 
