@@ -98,12 +98,24 @@ def zero3_partition(numel, world_size, rank):
     return size, size * rank < numel
 
 
+PREFETCH_BUCKET = 50_000_000  # stage3_prefetch_bucket_size default, elements
+
+
 def zero3_collectives(param_sizes, world_size, grad_accum, precision):
-    """ZeRO-3 (persistence threshold 0): every parameter gathered for forward and for backward, gradients reduced."""
-    gathered = sum(zero3_partition(n, world_size, 0)[0] * world_size for n in param_sizes)
+    """ZeRO-3 (persistence threshold 0): parameter all-gathers, one gradient reduce-scatter per micro-step, the norm.
+
+    Measured for a model smaller than ``stage3_prefetch_bucket_size``: the first fetch of a micro-step prefetches
+    every parameter in one all-gather, and backward reuses them (``stage3_max_reuse_distance``), so one call per
+    micro-step, not the paper's forward and backward gathers. Larger models gather per submodule and bucket; that
+    count (forward and backward, one call per parameter) is a rough figure, not measured here.
+    """
     dtype = DTYPE[precision]
-    return [_collective("all-gather", dtype, 2 * grad_accum * len(param_sizes), 2 * grad_accum * gathered),
-            _collective("reduce-scatter", dtype, grad_accum, grad_accum * gathered),
+    gathered = sum(zero3_partition(n, world_size, 0)[0] * world_size for n in param_sizes)
+    if gathered <= PREFETCH_BUCKET:
+        gathers = _collective("all-gather", dtype, grad_accum, grad_accum * gathered)
+    else:
+        gathers = _collective("all-gather", dtype, 2 * grad_accum * len(param_sizes), 2 * grad_accum * gathered)
+    return [gathers, _collective("reduce-scatter", dtype, grad_accum, grad_accum * gathered),
             _collective("all-reduce", "float32", 1, 1)]
 
 
@@ -123,12 +135,16 @@ def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offl
     mine = sum(zero3_partition(n, world_size, rank)[0] for n in param_sizes)
     if offload_optimizer == "cpu":
         round_trips = grad_accum if device != "cpu" else 1
-        d2h += element * owned * round_trips + 4 * owned
+        d2h += element * owned * round_trips
+        if device != "cpu" or element != 4:
+            d2h += 4 * owned  # on CPU ranks an fp32 buffer already is the fp32 gradient: no second copy
         h2d += element * owned * round_trips
         if offload_param == "none":
             h2d += element * mine
     if offload_param == "cpu":
-        h2d += 2 * grad_accum * element * mine
+        small = sum(n for n in param_sizes) <= PREFETCH_BUCKET
+        fetches = 1 if small else 2  # one prefetch per micro-step reused by backward (measured), else fwd + bwd
+        h2d += fetches * grad_accum * element * mine
     return d2h, h2d
 
 
