@@ -26,7 +26,10 @@ logical copies (``.to`` of a host buffer to the accelerator's device is then a n
 still counted, because on a GPU it is a copy). Bytes are ``elements x element size`` of the side that crosses:
 torch converts dtypes on the GPU for ``non_blocking`` copies and on the CPU otherwise (ATen cuda/Copy.cu), so a
 non-blocking copy crosses in the host buffer's dtype and a blocking one in the device tensor's dtype.
-Copies are grouped by (direction, dtype, site); scalars (one element) are left out of neither count.
+Copies are grouped by (direction, dtype, site); one-element tensors (the norm, the overflow flag) count like any
+other. Where a CPU rank takes a different branch than a GPU would (stage3.py ``partition_grads`` adds later
+micro-steps in place when the buffer "is on the accelerator"), the meter counts what the CPU rank did, and
+zerolab.deepspeed_traffic models both.
 """
 import sys
 import threading
