@@ -4,7 +4,8 @@
 
 It trains a GPT-shaped model (sized to fit a 16 GB T4 with room to spare) through zerolab.run on one GPU,
 then prints the GPU memory DeepSpeed really allocated next to zerolab.memory's prediction of the model
-states on the GPU (ZeRO-2 + offload keeps only the fp16 parameters there: 2 bytes per parameter).
+states on the GPU (ZeRO-2 + offload keeps only the fp16 parameters there: 2 bytes per parameter), and the bytes
+the traffic meter saw cross between GPU and host each direction next to zerolab.deepspeed_traffic's model.
 Before that it measures the activation peak of a stack of the paper's GPT blocks (zerolab.run.blocks, bf16,
 explicit attention with dropout): torch.cuda.max_memory_allocated during the forward pass, minus what was
 allocated before it, next to zerolab.activations (on CUDA, dropout keeps 1-byte masks, as the paper counts).
@@ -67,8 +68,14 @@ def main(argv=None):
     print(f"  optimizer states {rank['optimizer_state_bytes']:,} B and master weights {rank['master_weight_bytes']:,} B "
           f"live on the host (predicted {result.predicted['optimizer_state_bytes']:,} B and "
           f"{result.predicted['master_weight_bytes']:,} B); loss {result.loss[0]:.3f} -> {result.loss[-1]:.3f}")
-    ok = abs(after_init - rows[0][1]) <= 0.05 * rows[0][1] + REDUCE_BUCKET * 2 * 2 and result.loss[-1] < result.loss[0]
-    ok = ok and activation_ok
+    measured, predicted = result.measured_traffic(0), result.predicted_traffic[0]
+    traffic_ok = True
+    for key in ("device_to_host_bytes", "host_to_device_bytes"):
+        print(f"  {key} per optimizer step: measured {measured[key]:,} B (zerolab.run.meter, real PCIe copies), "
+              f"predicted {predicted[key]:,} B (zerolab.deepspeed_traffic, DeepSpeed 0.19.8)")
+        traffic_ok = traffic_ok and measured[key] == predicted[key]
+    ok = (abs(after_init - rows[0][1]) <= 0.05 * rows[0][1] + REDUCE_BUCKET * 2 * 2 and result.loss[-1] < result.loss[0]
+          and traffic_ok and activation_ok)
     print("gpu_check: OK" if ok else "gpu_check: CHECK BY HAND (numbers above)")
     return 0 if ok else 1
 

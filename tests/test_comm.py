@@ -37,10 +37,19 @@ def test_ring_bytes_per_rank():
 
 
 def test_offload_traffic_over_pcie():
-    """ZeRO-2 + CPU offload: each micro-step's gradient partition goes down, the updated partition comes back once."""
+    """ZeRO-2 + CPU offload, read from DeepSpeed 0.19.8's stage_1_and_2.py (and measured in test_traffic_measured.py).
+
+    Boundary: the gradient partition is cast to fp32 on the device, then copied (4 bytes a value,
+    async_inplace_copy_grad_to_fp32_buffer_from_gpu). With accumulation every micro-step copies the 16-bit gradient
+    to a host buffer, which comes back to be added from the second micro-step on (async_accumulate_grad_in_cpu_via_gpu).
+    After CPU Adam the 16-bit partition comes back once.
+    """
+    partition = PSI / 8
+    one = traffic(PSI, 2, 8, offload_optimizer="cpu")
+    assert (one.device_to_host_bytes, one.host_to_device_bytes) == (4 * partition, 2 * partition)
     t = traffic(PSI, 2, 8, grad_accum=4, offload_optimizer="cpu")
-    assert t.device_to_host_bytes == 4 * PSI / 8 * 2
-    assert t.host_to_device_bytes == PSI / 8 * 2
+    assert t.device_to_host_bytes == 4 * 2 * partition + 4 * partition
+    assert t.host_to_device_bytes == 3 * 2 * partition + 2 * partition
     none = traffic(PSI, 2, 8)
     assert none.device_to_host_bytes == none.host_to_device_bytes == 0
     params = traffic(PSI, 3, 8, grad_accum=2, offload_param="cpu")

@@ -93,7 +93,7 @@ class Traffic:
     world_size: int
     grad_accum: int
     collectives: tuple
-    host_to_device_bytes: int  # PCIe, per rank per step, under offload
+    host_to_device_bytes: int  # PCIe, per rank per step, under offload: DeepSpeed 0.19.8's (zerolab.deepspeed_traffic)
     device_to_host_bytes: int
     nvme_bytes: int  # read + written on NVMe per rank per step
 
@@ -150,6 +150,10 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
     def coll(op, purpose, when, times, bucket):
         return Collective(op, purpose, when, psi, times, math.ceil(psi / bucket), element, n)
 
+    # ZeRO-1/2 gather the updated parameters with one all_gather_into_tensor per parameter group whenever torch has
+    # it (runtime/utils.py all_gather_dp_groups); allgather_bucket_size only shapes the legacy all_gather fallback.
+    allgather_bucket_size = psi
+
     if stage == 0:
         # DeepSpeed's stage 0 averages the gradients in engine.allreduce_gradients, after backward returns.
         collectives = (coll("all-reduce", "average gradients", "after backward", 1, reduce_bucket_size),)
@@ -167,19 +171,17 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
         collectives = (coll("all-gather", "parameters for forward", "forward", gas, prefetch_bucket_size),
                        coll("all-gather", "parameters for backward", "backward", gas, prefetch_bucket_size),
                        coll("reduce-scatter", "gradients to their owners", "backward", gas, reduce_bucket_size))
+    from zerolab.deepspeed_traffic import offload_bytes
+
     partition = psi / n
-    h2d = d2h = nvme = 0
-    if offload_optimizer in ("cpu", "nvme") and stage >= 1:
-        grad_moves = gas if stage >= 2 else 1  # stage 2/3 push each micro-step's reduced partition to the host
-        d2h += grad_moves * partition * element
-        if offload_param == "none":
-            h2d += partition * element  # the updated 16-bit partition goes back to the GPU once per step
-        if offload_optimizer == "nvme":
-            nvme += 2 * partition * 16  # fp32 master, grads and Adam moments swapped in and out (16 B/param)
-    if offload_param in ("cpu", "nvme") and stage == 3:
-        h2d += 2 * gas * partition * element  # the partition is fetched for forward and again for backward
-        if offload_param == "nvme":
-            nvme += 2 * gas * partition * element
+    nvme = 0
+    offloaded = "cpu" if offload_optimizer in ("cpu", "nvme") else "none"
+    d2h, h2d = offload_bytes(psi, stage, n, gas, precision, offloaded,
+                             "cpu" if offload_param in ("cpu", "nvme") and stage == 3 else "none")
+    if offload_optimizer == "nvme" and stage >= 1:
+        nvme += 2 * partition * 16  # fp32 master, grads and Adam moments swapped in and out (16 B/param)
+    if offload_param == "nvme" and stage == 3:
+        nvme += 2 * gas * partition * element
     return Traffic(psi, stage, n, gas, collectives, round(h2d), round(d2h), round(nvme))
 
 

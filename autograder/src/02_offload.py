@@ -25,8 +25,10 @@ P13B = units.parse_count("13B")
 # ## 1. What moves to the host
 #
 # `offload_optimizer: {"device": "cpu"}` (ZeRO-Offload) runs the optimizer step on the CPU. So the optimizer's
-# fp32 state (master weights, momentum, variance) lives in host RAM, and from ZeRO-2 on the gradient partition
-# each GPU owns is copied to the host for the CPU optimizer to consume. The GPU keeps the 16-bit parameters for
+# fp32 state (master weights, momentum, variance) lives in host RAM, and at every stage (ZeRO-1 too) the gradient
+# partition each GPU owns is copied to the host, where DeepSpeed keeps it as an **fp32** gradient partition for the
+# CPU optimizer to consume. With gradient accumulation the host also holds 16-bit accumulation buffers (pinned by
+# default) that the breakdown below does not count. The GPU keeps the 16-bit parameters for
 # forward and backward. NVMe offload (ZeRO-Infinity) needs stage 3, and so does `offload_param`. Below stage 3,
 # DeepSpeed 0.19.8 accepts `device: "nvme"` for the optimizer and quietly treats it as CPU offload (its stage 1/2
 # optimizer in `stage_1_and_2.py` offloads to the CPU for any device but `none`): the state lands in host RAM.
@@ -146,11 +148,13 @@ for _params in (350_000_000, 6_700_000_001):
 # %% [markdown]
 # ## 2. What crosses PCIe each step
 #
-# With ZeRO-2 and CPU offload, each GPU sends its reduced gradient partition to the host, the CPU runs Adam, and
-# the updated 16-bit parameter partition comes back (then ZeRO-2's all-gather shares it with the other GPUs).
-# ZeRO-2 reduces gradients on **every micro-step** (DeepSpeed's engine: "ZeRO stage >= 2 communicates during non
-# gradient accumulation boundaries as well"), so with gradient accumulation the gradient copy happens once per
-# micro-step, while the parameters come back once per optimizer step.
+# In DeepSpeed 0.19.8's accounting (read from `stage_1_and_2.py`, and measured on real runs by `zerolab.run.meter`,
+# see lesson 06): with ZeRO-2 and CPU offload, at the accumulation boundary each GPU casts its reduced gradient
+# partition to **fp32 on the GPU** and copies it to the host (4 bytes a value), the CPU runs Adam, and the updated
+# 16-bit parameter partition comes back (then ZeRO-2's all-gather shares it with the other GPUs). ZeRO-2 reduces
+# gradients on **every micro-step**, so with gradient accumulation each micro-step also sends the 16-bit gradients
+# to a host accumulation buffer, and from the second micro-step on that buffer first comes back to the GPU to be
+# added to.
 
 # %%
 for grad_accum in (1, 4, 16):
@@ -170,7 +174,8 @@ widgets.offload_explorer(params="13B", world_size=8, grad_accum=4)
 # ### Exercise 3: PCIe bytes per step
 #
 # Write `pcie_bytes(params, gpus, grad_accum)`: for ZeRO-2 + CPU optimizer offload with fp16 training on `gpus`
-# GPUs, the bytes **one GPU** moves per optimizer step, as `{"to_host": ..., "to_gpu": ...}`.
+# GPUs, the bytes **one GPU** moves per optimizer step in DeepSpeed 0.19.8's accounting (section 2), as
+# `{"to_host": ..., "to_gpu": ...}`. Count each GPU's partition as `params / gpus` values.
 # Hidden tests compare with `comm.traffic`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_pcie_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -178,7 +183,9 @@ def pcie_bytes(params, gpus, grad_accum):
     """Bytes one GPU sends to and receives from the host per optimizer step (ZeRO-2, CPU offload, fp16)."""
     ### BEGIN SOLUTION
     partition = params / gpus
-    return {"to_host": 2 * partition * grad_accum, "to_gpu": 2 * partition}
+    accumulating = grad_accum if grad_accum > 1 else 0  # micro-steps that use the host accumulation buffer
+    return {"to_host": 4 * partition + 2 * partition * accumulating,
+            "to_gpu": 2 * partition + 2 * partition * max(0, accumulating - 1)}
     ### END SOLUTION
 
 
@@ -187,15 +194,15 @@ answer = pcie_bytes(8000, 8, 1)
 assert isinstance(answer, dict) and set(answer) == {"to_host", "to_gpu"}, 'return {"to_host": ..., "to_gpu": ...}'
 assert pcie_bytes(8000, 8, 1)["to_host"] < pcie_bytes(8000, 1, 1)["to_host"], \
     "each GPU only moves the partition it owns: more GPUs, fewer bytes per GPU"
-assert math.isclose(pcie_bytes(8000, 8, 4)["to_gpu"], pcie_bytes(8000, 8, 1)["to_gpu"]), \
-    "parameters come back once per optimizer step, whatever the accumulation"
+assert math.isclose(pcie_bytes(8000, 8, 1)["to_host"], 2 * pcie_bytes(8000, 8, 1)["to_gpu"]), \
+    "without accumulation: the gradient goes down as fp32 (4 bytes), the parameters come back as fp16 (2 bytes)"
 assert pcie_bytes(8000, 8, 4)["to_host"] > pcie_bytes(8000, 8, 1)["to_host"], \
-    "ZeRO-2 reduces and offloads gradients on every micro-step"
+    "with accumulation every micro-step also sends its 16-bit gradients to the host"
 _printed = comm.traffic(P13B, 2, 8, grad_accum=4, offload_optimizer="cpu")
 assert math.isclose(pcie_bytes(P13B, 8, 4)["to_host"], _printed.device_to_host_bytes), \
-    "13B, 8 GPUs, grad_accum=4: to_host should match the figure printed above (fp16 gradients, 2 bytes each)"
+    "13B, 8 GPUs, grad_accum=4: to_host should match the figure printed above (fp32 at the boundary, fp16 before)"
 assert math.isclose(pcie_bytes(P13B, 8, 4)["to_gpu"], _printed.host_to_device_bytes), \
-    "13B, 8 GPUs, grad_accum=4: to_gpu should match the figure printed above (fp16 parameters, 2 bytes each)"
+    "13B, 8 GPUs, grad_accum=4: to_gpu should match the figure printed above (the accumulation buffer comes back too)"
 ### BEGIN HIDDEN TESTS
 from zerolab import comm as _comm
 from zerolab.checks import plain as _plain
@@ -235,8 +242,8 @@ for name in ("pcie3", "pcie4", "pcie5"):
 def pcie_seconds(params, gpus, grad_accum, link):
     """Seconds per optimizer step that one GPU's offload traffic takes on the host link, without overlap."""
     ### BEGIN SOLUTION
-    partition = params / gpus  # fp16 values each GPU owns
-    return (2 * partition * grad_accum + 2 * partition) / comm.bandwidth(link)
+    moved = pcie_bytes(params, gpus, grad_accum)  # Exercise 3: both directions, DeepSpeed 0.19.8's accounting
+    return (moved["to_host"] + moved["to_gpu"]) / comm.bandwidth(link)
     ### END SOLUTION
 
 
@@ -305,8 +312,9 @@ for compute_s in (0.5, 8.0):
 # small hosts, or use fewer processes per node.
 #
 # **Q: How much crosses PCIe per step, and how does gradient accumulation change it?**
-# A: Each GPU sends its gradient partition every micro-step and receives its parameter partition once per
-# optimizer step (Exercise 3); larger accumulation raises the gradient copies but spreads the parameter copy.
+# A: In DeepSpeed 0.19.8, each GPU sends its gradient partition as fp32 (4 bytes a value) at the boundary and
+# receives its 16-bit parameter partition once per optimizer step; with accumulation the 16-bit gradients also go
+# to a host buffer every micro-step and come back to be added from the second on (Exercise 3).
 #
 # **Q: Is CPU offload always 2-5x slower?**
 # A: No fixed factor exists. It depends on batch size (compute per step), PCIe generation, pinning and CPU cores;

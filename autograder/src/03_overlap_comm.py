@@ -127,9 +127,11 @@ for _params in (125_000_001, 70_000_000_000):
 # ## 3. Buckets: how many calls
 #
 # DeepSpeed does not reduce all gradients in one call. As backward produces gradients it fills a bucket of
-# `reduce_bucket_size` elements and reduces it, then the next one; after the optimizer step it gathers updated
-# parameters in `allgather_bucket_size` buckets. ZeRO-3 gathers parameters per submodule, coalescing prefetches up to
-# `stage3_prefetch_bucket_size`. Bucket sizes are in **elements**, not bytes.
+# `reduce_bucket_size` elements and reduces it, then the next one. After the optimizer step ZeRO-1/2 gather the
+# updated parameters with one `all_gather_into_tensor` per parameter group: `allgather_bucket_size` only matters on
+# the legacy path for a torch without that call (`all_gather_dp_groups` in DeepSpeed's `runtime/utils.py`). ZeRO-3
+# gathers parameters per submodule, coalescing prefetches up to `stage3_prefetch_bucket_size`. Bucket sizes are in
+# **elements**, not bytes.
 #
 # ### A common claim: "ZeRO-2 does one reduce-scatter per step"
 #
@@ -166,11 +168,12 @@ for stage in (1, 2):
 # reduce-scatters, and the real call count depends on the implementation: DeepSpeed gathers per submodule,
 # coalesces prefetches into `stage3_prefetch_bucket_size` buckets, keeps small parameters resident
 # (`stage3_param_persistence_threshold`) and repeats all of it on every micro-step. zerolab's count assumes full
-# prefetch buckets, so it is a lower bound:
+# prefetch buckets, so it is a rough figure, not a bound either way: the prefetch loop adds whole parameters to a
+# fetch (`partitioned_param_coordinator.py`), and one parameter larger than the bucket is still one call:
 
 # %%
 t3 = comm.traffic(P13B, 3, 8)
-print(f"ZeRO-3, 13B: volume {t3.volume_in_params:g} Ψ, at least {t3.calls} calls per step")
+print(f"ZeRO-3, 13B: volume {t3.volume_in_params:g} Ψ (paper's accounting), about {t3.calls} calls per step")
 for c in t3.collectives:
     print(f"  {c.op:14s} {c.purpose:28s} {c.buckets} calls x {c.times}")
 
@@ -178,7 +181,10 @@ for c in t3.collectives:
 # ### Exercise 3: gradient reduction calls
 #
 # Write `reduce_calls(params, grad_accum, reduce_bucket_size)`: how many gradient reduction calls ZeRO-2 makes per
-# optimizer step, as an `int` (a partly filled last bucket is still a call). Hidden tests compare with `comm.traffic`.
+# optimizer step, as an `int` (a partly filled last bucket is still a call), for gradients that fill the buckets
+# exactly. Real layers do not: DeepSpeed flushes a bucket when the next parameter would overflow it
+# (`reduce_independent_p_g_buckets_and_remove_grads` in `stage_1_and_2.py`), so this count is a lower bound for a
+# real model. Hidden tests compare with `comm.traffic`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_reduce_calls", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def reduce_calls(params, grad_accum, reduce_bucket_size):
@@ -214,8 +220,10 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # - the all-gather of updated parameters after the optimizer step (ZeRO-1/2): there is no compute left to hide it;
 # - communication longer than the compute it runs beside.
 #
-# It costs memory: a second bucket buffer of `reduce_bucket_size` elements, so one bucket can be reduced while the
-# next fills. The default is false for stages 1-2 and true for stage 3 (DeepSpeed's docs table still says false).
+# In ZeRO-1/2 it costs memory: a second bucket buffer of `reduce_bucket_size` elements, so one bucket can be reduced
+# while the next fills. In ZeRO-3 it does something else: it moves the gradient reduce-scatter and the parameter
+# all-gathers to side streams (`stage3.py`, `zero/parameter_offload.py`). The default is false for stages 1-2 and
+# true for stage 3 (DeepSpeed's docs table still says false).
 
 # %% [markdown]
 # ### A common claim: "overlap_comm uses 4.5x the bucket sizes, 9GB at the defaults"
@@ -254,20 +262,23 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # %% [markdown]
 # ## Summary
 #
-# - Per step, DDP, ZeRO-1 and ZeRO-2 move 2Ψ elements and ZeRO-3 3Ψ; with gradient accumulation ZeRO-2 and ZeRO-3
+# - Per step, in the paper's accounting, DDP, ZeRO-1 and ZeRO-2 move 2Ψ elements and ZeRO-3 3Ψ (DeepSpeed 0.19.8's
+#   default all-reduces ZeRO-1/2's gradient buckets, which moves more); with gradient accumulation ZeRO-2 and ZeRO-3
 #   communicate on every micro-step, DDP and ZeRO-1 only at the boundary.
 # - Each GPU sends (N-1)/N of each collective's elements with ring collectives; divide by the link for seconds.
 # - Collectives run in buckets: many calls per step, not one; ZeRO-3's call count depends on the implementation.
 # - `overlap_comm` hides gradient reduction behind backward, except the last bucket and what runs after the
-#   optimizer step; it costs a second bucket buffer. Its gain is not a constant.
+#   optimizer step; in ZeRO-1/2 it costs a second bucket buffer. Its gain is not a constant.
 #
 # ## Interview questions
 #
 # **Q: Does ZeRO-2 communicate more than DDP?**
-# A: Not without accumulation: a reduce-scatter plus an all-gather is the same volume as an all-reduce (paper
-# section 7). With gradient accumulation it does: ZeRO-2 reduces on every micro-step, DDP only at the boundary.
+# A: In the paper's accounting, not without accumulation: a reduce-scatter plus an all-gather is the same volume as
+# an all-reduce (paper section 7). With gradient accumulation it does: ZeRO-2 reduces on every micro-step, DDP only
+# at the boundary. DeepSpeed 0.19.8 by default all-reduces each gradient bucket, so its ZeRO-2 moves more than the
+# paper's figure even without accumulation (section 2).
 #
-# **Q: Why is ZeRO-3's volume 1.5x DDP's?**
+# **Q: Why is ZeRO-3's volume 1.5x DDP's (the paper's accounting)?**
 # A: Parameters are partitioned, so they are gathered for forward and again for backward, plus the gradient
 # reduce-scatter: three passes of Ψ instead of two.
 #
@@ -277,10 +288,12 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # literal reduce-scatter.
 #
 # **Q: What does overlap_comm cost, and when does it not help?**
-# A: A second bucket buffer on the GPU. It does not help when compute is much shorter than communication (nothing to
+# A: In ZeRO-1/2, a second bucket buffer on the GPU (in ZeRO-3 it moves reduce-scatter and gathers to side
+# streams instead). It does not help when compute is much shorter than communication (nothing to
 # hide behind) or much longer (nothing worth hiding), and it never hides the last bucket or the parameter
 # all-gather after the optimizer step.
 #
 # **Q: How would you reduce exposed communication on a slow network?**
 # A: Enable `overlap_comm`, use larger micro-batches (more compute per step), prefer ZeRO-2 over ZeRO-3 when memory
-# allows, tune bucket sizes, or look at ZeRO++'s quantized and hierarchical collectives.
+# allows, tune bucket sizes, or, if you run ZeRO-3, look at ZeRO++'s quantized and hierarchical collectives (qwZ,
+# hpZ, qgZ apply to ZeRO-3 only: the stage 1/2 optimizer never reads those keys).

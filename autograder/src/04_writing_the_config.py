@@ -235,6 +235,10 @@ for label, cfg in rows:
 # - With the optimizer offloaded, only the replicated fp16 parameters stay on the GPU. No source gives "29 GB", and
 #   the claim leaves out the other side of the bargain: the **host RAM** in the last column, which is where offload
 #   runs out first (processes killed with exit code -9; see the DeepSpeed issues under References).
+# - In DeepSpeed's accounting the host column is the same with and without offload. That figure is not the
+#   offloaded state: it is the fp32 peak while every process loads the model (4 bytes per parameter for each GPU
+#   process, times the buffer factor; `estimate_zero2_model_states_mem_needs`), which here is larger than the
+#   offloaded state. Offload still costs host RAM after loading: the paper's rows show the state it keeps there.
 # - All of these are model states only: activations, communication buckets and the CUDA context come on top.
 #
 # Note DeepSpeed's estimator prints "GB" but divides by 2^30, so its "GB" are GiB.
@@ -346,8 +350,11 @@ except AssertionError as error:
 # %% [markdown]
 # Write `mixed_precision(compute_capability)`: given a `(major, minor)` tuple (what
 # `torch.cuda.get_device_capability()` returns), return the two config blocks
-# `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}` with exactly one of them enabled: bf16 from compute
-# capability 8.0 on, fp16 below. Hidden tests try more GPUs and pass your blocks to DeepSpeed.
+# `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}`: bf16 from compute capability 8.0 on, fp16 below that
+# where DeepSpeed accepts it. DeepSpeed's CUDA accelerator (`is_fp16_supported` in `accelerator/cuda_accelerator.py`)
+# reports fp16 as unsupported below 7.0 (a P100 is 6.0) unless `DS_ALLOW_DEPRECATED_FP16=1` is set, and the engine
+# then refuses an fp16 config: there, enable neither and train in fp32. Hidden tests try more GPUs, ask DeepSpeed's
+# own accelerator rule, and pass your blocks to DeepSpeed.
 
 # %% nbgrader={"grade": false, "grade_id": "compute_capability", "locked": true, "schema_version": 3, "solution": false, "task": false}
 COMPUTE_CAPABILITY = {"T4": (7, 5), "V100": (7, 0), "A100": (8, 0), "RTX 3090": (8, 6), "H100": (9, 0)}
@@ -358,7 +365,8 @@ def mixed_precision(compute_capability):
     """The fp16 and bf16 config blocks for a GPU with this (major, minor) compute capability."""
     ### BEGIN SOLUTION
     use_bf16 = tuple(compute_capability) >= (8, 0)
-    return {"fp16": {"enabled": not use_bf16}, "bf16": {"enabled": use_bf16}}
+    use_fp16 = not use_bf16 and tuple(compute_capability) >= (7, 0)
+    return {"fp16": {"enabled": use_fp16}, "bf16": {"enabled": use_bf16}}
     ### END SOLUTION
 
 
@@ -379,14 +387,27 @@ assert a100["bf16"]["enabled"] is True and a100["fp16"]["enabled"] is False, "A1
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 import copy
+import os as _os
+from unittest import mock as _mock
+from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator as _CUDA
 from deepspeed.runtime.config import DeepSpeedConfig
 from zerolab.checks import plain
+
+
+def _deepspeed_fp16(capability):
+    """DeepSpeed's own rule (CUDA_Accelerator.is_fp16_supported), asked as if this GPU were present."""
+    with _mock.patch("torch.cuda.is_available", return_value=True), \
+            _mock.patch("torch.cuda.get_device_capability", return_value=capability), \
+            _mock.patch.dict(_os.environ, {"DS_ALLOW_DEPRECATED_FP16": "0"}):
+        return _CUDA.__new__(_CUDA).is_fp16_supported()
+
 
 for gpu, capability in [("V100", (7, 0)), ("T4", (7, 5)), ("A100", (8, 0)), ("RTX 3090", (8, 6)), ("H100", (9, 0)), ("P100", (6, 0))]:
     blocks = plain(mixed_precision(capability))
     assert sorted(blocks) == ["bf16", "fp16"], f"{gpu}: return exactly the keys 'fp16' and 'bf16'"
     wants_bf16 = capability[0] >= 8
-    assert blocks["bf16"]["enabled"] is wants_bf16 and blocks["fp16"]["enabled"] is (not wants_bf16), f"{gpu} {capability}: wrong choice"
+    wants_fp16 = not wants_bf16 and _deepspeed_fp16(capability)
+    assert blocks["bf16"]["enabled"] is wants_bf16 and blocks["fp16"]["enabled"] is wants_fp16, f"{gpu} {capability}: wrong choice"
     try:
         DeepSpeedConfig({"train_batch_size": 4, **copy.deepcopy(blocks)})
     except Exception as error:
@@ -508,8 +529,9 @@ for label, cfg in rows:
 # %% [markdown]
 # The GPU side shrinks to little more than one gathered layer; the host side carries everything else. The price is
 # PCIe traffic: with parameter offload each GPU fetches its parameter partition from the host for the forward pass
-# and again for the backward pass (ZeRO-3 gathers twice, lesson 03), on every micro-step. Per GPU and optimizer step,
-# with the config's accumulation steps on 8 GPUs (`train_batch_size` is dropped so that DeepSpeed derives it for 8
+# and again for the backward pass (ZeRO-3 gathers twice, lesson 03), on every micro-step. Per GPU and optimizer step
+# in DeepSpeed 0.19.8's accounting (gradients go down as fp32; lessons 02 and 06 measure it), with the config's
+# accumulation steps on 8 GPUs (`train_batch_size` is dropped so that DeepSpeed derives it for 8
 # GPUs; the value in the config only fits one, as the doctor showed above):
 
 # %%

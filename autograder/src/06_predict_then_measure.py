@@ -123,8 +123,11 @@ for _params in (999_999_937, 13_000_000_000):
 # ## 3. Predict: what offload moves
 #
 # Offload does not shrink a rank's model states, it moves them. With `offload_optimizer` the master weights and
-# Adam states go to host memory (and from stage 2 on the gradient partition the CPU optimizer consumes, as
-# ZeRO-Offload does); with `offload_param` (stage 3 only) the parameter partition goes there too.
+# Adam states go to host memory (and, in the paper's accounting, from stage 2 on the gradient partition the CPU
+# optimizer consumes, as ZeRO-Offload does); with `offload_param` (stage 3 only) the parameter partition goes there
+# too. DeepSpeed 0.19.8 goes further: with any CPU optimizer offload, ZeRO-1 included, it keeps an **fp32** gradient
+# partition on the host, and with gradient accumulation also 16-bit accumulation buffers (pinned by default). The
+# measurement below shows the fp32 gradients; this exercise follows the paper.
 #
 # ### Exercise 3: accelerator bytes and host bytes per rank
 #
@@ -228,8 +231,10 @@ if results:
 # - The optimizer side (master weights and Adam states) matches the paper to the byte: stage 1 and up divide it
 #   by the ranks, wherever it lives.
 # - **Stage 1 gradients.** The paper's P_os keeps whole gradients, but DeepSpeed runs stage 1 on stage 2's code:
-#   at every gradient-accumulation boundary it reduces the gradients and keeps only its partition. With
-#   `gradient_accumulation_steps: 1` every step is a boundary, so stage 1 looks like stage 2 here.
+#   at every gradient-accumulation boundary it reduces the gradients and keeps only its partition. The snapshot
+#   is taken after that reduction, so stage 1 looks like stage 2 here. At the peak it does not: with `overlap_comm`
+#   off, ZeRO-1 reduces only after backward has finished (`engine.allreduce_gradients`), so the full 16-bit
+#   gradients are resident for a moment.
 # - **fp32 gradients.** DeepSpeed's estimator counts 4 more bytes per parameter than the paper: an fp32
 #   gradient partition. Without offload it exists only inside `step()`; with optimizer offload it is resident on
 #   the host, and there is no 16-bit gradient partition instead.
@@ -290,3 +295,80 @@ else:
 # A: Start the ranks yourself: set `MASTER_ADDR`, `MASTER_PORT` (a free port), `RANK`, `LOCAL_RANK` and
 # `WORLD_SIZE` for each process, start them as fresh processes (not a fork of a kernel that imported torch),
 # and make sure every rank is stopped when one fails or the cell is interrupted.
+
+# %% [markdown]
+# ## 6. Predict, then measure: offload traffic
+#
+# Offload also moves bytes **every step**. `zerolab.run` carries a traffic meter (`zerolab.run.meter`): it wraps
+# DeepSpeed's communication backend and the copies between the optimizer's device tensors and its host offload
+# buffers, and counts the bytes each way per rank and optimizer step. On CPU ranks "device" and host are the same
+# memory, so it counts the copies DeepSpeed makes between them, the ones that cross PCIe on a GPU.
+#
+# What DeepSpeed 0.19.8 does with ZeRO-2 and `offload_optimizer: cpu` (`stage_1_and_2.py`): at the accumulation
+# boundary each rank casts its gradient partition to fp32 and copies it to the host (4 bytes a value); with
+# `gradient_accumulation_steps` above 1 every micro-step also copies the 16-bit gradients to a host accumulation
+# buffer, which comes back to be added to from the second micro-step on; after CPU Adam the updated partition comes
+# back in the training precision.
+#
+# ### Exercise 4: offload bytes per rank and step
+#
+# Write `offload_traffic(params, ranks, grad_accum, precision)` for ZeRO-2 with CPU optimizer offload, `precision`
+# being `"bf16"` or `"fp32"`: the bytes **one rank** copies per optimizer step, as `{"to_host": int, "to_device":
+# int}`, counting the rank's partition as `params / ranks` values (DeepSpeed 0.19.8's accounting). Hidden tests
+# compare with zerolab's model of DeepSpeed, which the course's tests check against the meter on real runs.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_offload_traffic", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def offload_traffic(params, ranks, grad_accum, precision):
+    """Bytes one rank copies to the host and back per optimizer step (ZeRO-2, CPU optimizer offload)."""
+    ### BEGIN SOLUTION
+    partition = params / ranks
+    element = 4 if precision == "fp32" else 2
+    accumulating = grad_accum if grad_accum > 1 else 0
+    return {"to_host": round(4 * partition + element * partition * accumulating),
+            "to_device": round(element * partition + element * partition * max(0, accumulating - 1))}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex4_offload_traffic", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+_mine = offload_traffic(8000, 2, 1, "bf16")
+assert isinstance(_mine, dict) and set(_mine) == {"to_host", "to_device"}, \
+    "return a dict with the keys to_host and to_device"
+assert _mine["to_host"] == 4 * 4000, "without accumulation the gradient partition goes to the host once, as fp32"
+assert _mine["to_device"] == 2 * 4000, "the updated bf16 partition comes back once per step"
+assert offload_traffic(8000, 2, 1, "fp32")["to_device"] == 4 * 4000, "in fp32 the parameters are 4 bytes each"
+assert offload_traffic(8000, 2, 3, "bf16")["to_host"] > _mine["to_host"], \
+    "with accumulation each micro-step also sends its 16-bit gradients to the host"
+### BEGIN HIDDEN TESTS
+from zerolab.checks import plain as _plain
+from zerolab.deepspeed_traffic import offload_bytes as _offload_bytes
+
+for _params in (123_456, 13_000_000_000):
+    for _ranks in (1, 2, 8):
+        for _gas in (1, 2, 3, 16):
+            for _precision in ("bf16", "fp32"):
+                _down, _up = _offload_bytes(_params, 2, _ranks, _gas, _precision, "cpu")
+                _got = _plain(offload_traffic(_params, _ranks, _gas, _precision), "offload_traffic(...)")
+                assert abs(_got["to_host"] - _down) <= 2, f"to_host wrong for {_params}, {_ranks}, {_gas}, {_precision}"
+                assert abs(_got["to_device"] - _up) <= 2, f"to_device wrong for {_params}, {_ranks}, {_gas}, {_precision}"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the run measures it: ZeRO-2, CPU optimizer offload, bf16, 3 accumulation steps, 2 ranks. The table prints the
+# meter's bytes per rank next to zerolab's exact model (which counts the whole parameters that straddle a partition
+# edge and the padding of the flat buffer), and your prediction (which uses `params / ranks`; on a tiny model the
+# edges show, on a large one they vanish).
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print("Real runs are skipped while grading.")
+else:
+    traffic_run = run_in_notebook(make_config(2, "cpu", precision="bf16", accumulation=3), ranks=RANKS, steps=2)
+    yours = offload_traffic(PARAMS, RANKS, 3, "bf16")
+    for rank in range(RANKS):
+        measured, model = traffic_run.measured_traffic(rank), traffic_run.predicted_traffic[rank]
+        print(f"rank {rank}: to host measured {measured['device_to_host_bytes']:,} B, model "
+              f"{model['device_to_host_bytes']:,} B, yours {yours['to_host']:,} B; back measured "
+              f"{measured['host_to_device_bytes']:,} B, model {model['host_to_device_bytes']:,} B, "
+              f"yours {yours['to_device']:,} B")
+    print()
+    print(traffic_run.traffic_table())

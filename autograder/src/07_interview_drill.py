@@ -397,7 +397,8 @@ for stage in (1, 2, 3):
 # ## Q09: buckets (1 point)
 #
 # ZeRO-2 reduces gradients in buckets of `reduce_bucket_size` elements (default 5e8) as the backward pass produces
-# them. How many buckets does one backward pass of a 13B model fill? Set `Q09` to an int.
+# them. How many buckets does one backward pass of a 13B model fill, at least (if gradients packed the buckets
+# exactly)? Set `Q09` to an int.
 
 # %% nbgrader={"grade": false, "grade_id": "ex9_buckets", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -423,7 +424,9 @@ print("Right.")
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer.** 13e9 gradient elements in buckets of 5e8 elements. Bucket sizes count elements, not bytes; each full
+# **Answer.** 13e9 gradient elements in buckets of 5e8 elements, as a lower bound: DeepSpeed flushes a bucket when
+# the next parameter would overflow it (`stage_1_and_2.py`), so real layer sizes leave buckets part-full and make a
+# few more. Bucket sizes count elements, not bytes; each full
 # bucket is reduced while backward keeps producing the next (with `overlap_comm`). Smaller buckets mean more,
 # smaller calls and less buffer memory:
 #
@@ -440,7 +443,7 @@ for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
 # Which is true of `zero_optimization.overlap_comm` in DeepSpeed 0.19.8?
 #
 # - A: on by default for every stage; it costs 4.5x `reduce_bucket_size` of extra memory
-# - B: off by default for stages 0 to 2 and on for stage 3; it costs a second bucket buffer
+# - B: off by default for stages 0 to 2 and on for stage 3; in stages 1-2 it costs a second bucket buffer
 # - C: off by default for every stage; it costs nothing
 # - D: on by default for stages 1 and 2 and off for stage 3; it makes communication faster
 #
@@ -470,7 +473,8 @@ print("Right.")
 # **Answer: B.** A validator in `deepspeed/runtime/zero/config.py` sets `overlap_comm = (stage == 3)` when you leave it
 # out (the docs table still says `false`). Overlap does not make communication faster: it runs the reduction of one
 # bucket on a side stream while backward fills the next, which hides communication only as far as there is compute to
-# hide it behind. The price is a second reduce buffer of `reduce_bucket_size` elements. **A common claim** puts it at
+# hide it behind. In ZeRO-1/2 the price is a second reduce buffer of `reduce_bucket_size` elements; in ZeRO-3 it moves
+# the reduce-scatter and the parameter all-gathers to side streams instead. **A common claim** puts it at
 # "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (lesson 04).
 # What 0.19.8 allocates for gradient buckets at the default size, in fp16:
 #
@@ -520,9 +524,12 @@ assert abs(plain(Q11, "Q11") - reference) <= 0.01 * reference
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Answer.** Each GPU sends its fp16 gradient partition (Ψ/Nd values, 2 bytes each) to the host, CPU Adam updates the
-# fp32 master weights there, and the updated fp16 parameter partition comes back. With gradient accumulation the
-# gradient copy happens on every micro-step. At PCIe speeds this takes:
+# **Answer** (DeepSpeed 0.19.8's accounting, measured by `zerolab.run.meter` on real runs). Each GPU casts its
+# gradient partition (Ψ/Nd values) to fp32 on the GPU and copies it to the host's fp32 gradient: 4 bytes a value, not
+# 2 (`async_inplace_copy_grad_to_fp32_buffer_from_gpu` in `stage_1_and_2.py`). CPU Adam updates the fp32 master
+# weights there, and the updated fp16 partition comes back (2 bytes a value). With gradient accumulation every
+# micro-step also sends the fp16 gradients to a host accumulation buffer, which comes back to be added from the
+# second micro-step on. At PCIe speeds this takes:
 
 # %%
 for link in ("pcie3", "pcie4"):
@@ -569,7 +576,9 @@ print("Right.")
 #
 # **Answer.** 4 + 4 + 4 + 4 bytes per parameter. That is the floor; DeepSpeed's estimator multiplies by its
 # `additional_buffer_factor` and, for ZeRO-2, takes the larger of this and the load-time peak of every process
-# building the fp32 model on the CPU, which grows with the GPUs per node (a known DeepSpeed issue, lesson 04's references). Offload's first
+# building the fp32 model on the CPU. That peak grows with the GPU processes, and DeepSpeed's code
+# (`estimate_zero2_model_states_mem_needs`) multiplies by all GPUs over all nodes, not the GPUs per node its docs
+# name, so for several nodes it over-estimates each node (lesson 04's references). Offload's first
 # failure is usually the host, not the GPU: processes killed with exit code -9.
 #
 # </details>

@@ -59,7 +59,7 @@ NOTES = {
                                                "(less fragmentation)", None),
     "zero_optimization.reduce_scatter": ("reduce gradients with reduce-scatter instead of all-reduce", None),
     "zero_optimization.reduce_bucket_size": ("elements reduced per gradient bucket", _elements),
-    "zero_optimization.allgather_bucket_size": ("elements per all-gather of updated parameters (stage 1/2)", _elements),
+    "zero_optimization.allgather_bucket_size": ("elements per all-gather of updated parameters (stage 1/2), used only where torch lacks all_gather_into_tensor", _elements),
     "zero_optimization.allgather_partitions": ("gather updated partitions with all-gather instead of broadcasts", None),
     "zero_optimization.round_robin_gradients": ("spread gradient copies to the CPU over ranks (stage 1/2 offload)", None),
     "zero_optimization.offload_optimizer": ("where the optimizer state (fp32 master, Adam moments) lives", None),

@@ -27,6 +27,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     from zerolab.run.launch import launch
     from zerolab.run.model import TinyGPT, count_params, largest_layer_params
     from zerolab.run.progress import Progress
+    from zerolab.deepspeed_traffic import step_traffic
     from zerolab.run.report import RunResult, predict
 
     if device not in ("cpu", "cuda"):
@@ -49,6 +50,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     with torch.device("meta"):
         shape = TinyGPT(model)
     params, largest = count_params(shape), largest_layer_params(shape)
+    sizes = [p.numel() for p in shape.parameters()]
     job = {"config": config, "model": model.as_dict(), "steps": steps, "device": device, "fail_rank": fail_rank}
     shown = Progress() if progress is True else progress
     ranks_measured = launch(job, ranks, timeout=timeout, on_event=shown and shown.on_event,
@@ -62,7 +64,9 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
              "wrapper": ranks_measured[0]["wrapper"], "optimizer": ranks_measured[0]["optimizer"]}
     return RunResult(config=config, setup=setup, ranks=ranks_measured,
                      predicted=predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest),
-                     loss=[sum(step) / len(step) for step in zip(*losses)])
+                     loss=[sum(step) / len(step) for step in zip(*losses)],
+                     predicted_traffic=[step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision,
+                                                     offload_optimizer, offload_param, device) for rank in range(ranks)])
 
 
 def run_in_notebook(config=None, ranks=2, steps=3, **options):

@@ -55,6 +55,31 @@ class RunResult:
     ranks: list
     predicted: dict
     loss: list = field(default_factory=list)
+    predicted_traffic: list = None  # per rank: zerolab.deepspeed_traffic.step_traffic for one optimizer step
+
+    def measured_traffic(self, rank=0):
+        """What the meter recorded on ``rank`` in the last optimizer step (zerolab.run.meter)."""
+        steps = self.ranks[rank].get("measured_traffic") or []
+        return steps[-1] if steps else None
+
+    def traffic_table(self):
+        """Measured traffic per rank (last step) next to zerolab.comm's DeepSpeed 0.19.8 model, as text."""
+        if self.predicted_traffic is None or self.measured_traffic() is None:
+            return ""
+        ranks = range(len(self.ranks))
+        header = ["per rank, last optimizer step"] + [f"rank {r} {what}" for r in ranks
+                                                      for what in ("measured", "predicted")]
+        measured = [traffic_totals(self.measured_traffic(r)) for r in ranks]
+        predicted = [traffic_totals(self.predicted_traffic[r]) for r in ranks]
+        body = []
+        for key in sorted(set().union(*measured, *predicted)):
+            body.append([key] + [f"{table.get(key, 0):,}" for r in ranks for table in (measured[r], predicted[r])])
+        widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+        lines = ["traffic: measured by zerolab.run.meter, predicted by zerolab.deepspeed_traffic.step_traffic "
+                 "(DeepSpeed 0.19.8's accounting; bytes are each collective's buffer, not ring wire bytes)"]
+        for row in [header] + body:
+            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        return "\n".join(lines)
 
     def rows(self):
         """(component, measured per rank, predicted, relative difference of the worst rank, note)."""
@@ -101,12 +126,16 @@ class RunResult:
             lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w)
                                    in enumerate(zip(row, widths))).rstrip())
         lines += [""] + [f"[{i}] {text}" for i, text in enumerate(notes, 1)]
-        return "\n".join(lines)
+        traffic = self.traffic_table()
+        return "\n".join(lines + ([ "", traffic] if traffic else []))
 
     def as_json(self):
         keys = ("rank",) + COMPONENTS + ("peak_memory_bytes", "step_time_s")
         return {"config": self.config, "setup": self.setup,
-                "ranks": [{key: rank[key] for key in keys} for rank in self.ranks],
+                "ranks": [{**{key: rank[key] for key in keys},
+                           "measured_traffic": self.measured_traffic(i),
+                           "predicted_traffic": self.predicted_traffic[i] if self.predicted_traffic else None}
+                          for i, rank in enumerate(self.ranks)],
                 "predicted": dict(self.predicted, accounting="paper (fp32_grad_bytes: deepspeed)"),
                 "loss": self.loss}
 
@@ -130,6 +159,18 @@ class RunResult:
 
     def __repr__(self):
         return self.table()
+
+
+def traffic_totals(step):
+    """{"<op> <dtype> calls": n, "<op> <dtype> bytes": n, ..., "device_to_host_bytes", "host_to_device_bytes"}."""
+    totals = {}
+    for row in step["collectives"]:
+        for field_name in ("calls", "bytes"):
+            key = f"{row['op']} {row['dtype']} {field_name}"
+            totals[key] = totals.get(key, 0) + row[field_name]
+    totals["device_to_host_bytes"] = step["device_to_host_bytes"]
+    totals["host_to_device_bytes"] = step["host_to_device_bytes"]
+    return totals
 
 
 def note(key, measured, predicted, difference, setup, config):

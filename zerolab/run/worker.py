@@ -58,6 +58,7 @@ def train(job, rank):
     import deepspeed
 
     from zerolab.run import measure
+    from zerolab.run.meter import TrafficMeter
     from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch
 
     config, device = job["config"], job["device"]
@@ -76,18 +77,22 @@ def train(job, rank):
     micro_batch = engine.train_micro_batch_size_per_gpu()
     accumulation = engine.gradient_accumulation_steps()
 
+    meter = TrafficMeter(engine)
     losses, step_times, grad_bytes = [], [], {}
     for step in range(job["steps"]):
         started = time.perf_counter()
         step_loss = 0.0
-        for micro in range(accumulation):
-            tokens, targets = synthetic_batch(spec, micro_batch, step * accumulation + micro, rank)
-            loss = engine(tokens.to(engine.device), targets.to(engine.device))
-            engine.backward(loss)
-            if micro == accumulation - 1:
-                grad_bytes = measure.gradient_bytes(engine)
-            engine.step()
-            step_loss += loss.item() / accumulation
+        batches = [synthetic_batch(spec, micro_batch, step * accumulation + micro, rank)
+                   for micro in range(accumulation)]
+        batches = [(tokens.to(engine.device), targets.to(engine.device)) for tokens, targets in batches]
+        with meter.step():
+            for micro, (tokens, targets) in enumerate(batches):
+                loss = engine(tokens, targets)
+                engine.backward(loss)
+                if micro == accumulation - 1:
+                    grad_bytes = measure.gradient_bytes(engine)
+                engine.step()
+                step_loss += loss.item() / accumulation
         step_times.append(time.perf_counter() - started)
         losses.append(step_loss)
         emit(event="step", rank=rank, step=step + 1, steps=job["steps"], loss=step_loss, seconds=step_times[-1])
@@ -104,6 +109,7 @@ def train(job, rank):
         "wrapper": type(engine.optimizer).__name__,
         "micro_batch": micro_batch,
         "gradient_accumulation_steps": accumulation,
+        "measured_traffic": meter.as_dicts(),
     }
 
 
