@@ -106,7 +106,7 @@ def run(args):
         folder = Path(args.out or shards.default_folder(course, args.lesson, number, count)).resolve()
         if folder == course.root:
             raise UserError("--out must be a folder of its own, not the course folder")
-        shard = {"lesson": args.lesson, "shard": number, "of": count, "course": str(course.root)}
+        shard = {"lesson": args.lesson, "shard": number, "of": count, "course": str(course.root), "folder": str(folder)}
         students = [name for name in students if shards.owner(name, count) == number]
         target = shards.prepare(course, folder, args.lesson)
     else:
@@ -134,7 +134,10 @@ def run(args):
                 row["max_score"] = best
             if weaker and row["status"] in ("graded", "review"):
                 row["reason"] = "; ".join(filter(None, [row["reason"], f"graded {_describe(mode)}"]))
-        report.write_csv(target.root / "grades.csv", outcomes, args.lesson)
+        if args.student:  # a regrade of a few: the lesson's other rows stay
+            report.merge_csv(target.root / "grades.csv", outcomes)
+        else:
+            report.write_csv(target.root / "grades.csv", outcomes, args.lesson)
         if shard:
             shards.write_record(target.root, **shard, students=students, finished=True)
     counts = {status: sum(row["status"] == status for row in outcomes)

@@ -48,7 +48,7 @@ def run(args):
     found = {}  # student -> [(folder, result)]
     for folder, record in done:
         _same_lesson(course, folder, args.lesson)
-        for student, result in _results(folder, course, args.lesson, record["students"]).items():
+        for student, result in _results(folder, record, course, args.lesson).items():
             found.setdefault(student, []).append((folder, result))
     conflicts, written, unchanged = [], [], 0
     rows = []
@@ -102,20 +102,28 @@ def _cells(database, lesson):
                          for notebook in assignment.notebooks for cell in notebook.source_cells])
 
 
-def _results(folder, course, lesson, students):
-    """{student: result} of one shard: its gradebook entries and its grades.csv row, paths made the course's."""
+def _results(folder, record, course, lesson):
+    """{student: result} of one shard: its gradebook entries and its grades.csv row, paths made the course's
+    (the shard's folder as it was named where it ran, on a scheduler's node, and as it is named here)."""
     rows = {}
     if (folder / "grades.csv").exists():
         with open(folder / "grades.csv", newline="") as handle:
             rows = {row["student"]: row for row in csv.DictReader(handle) if row["lesson"] == lesson}
     results = {}
     with _gradebook(folder / "gradebook.db") as gradebook:
-        for student in students:
+        for student in record["students"]:
             if student not in rows:
                 continue  # the shard stopped before this student; their row is what says they were graded
-            row = {key: value.replace(str(folder), str(course.root)) for key, value in rows[student].items()}
+            row = {key: _moved(value, [record.get("folder"), str(folder)], str(course.root))
+                   for key, value in rows[student].items()}
             results[student] = {"row": row, **_entries(gradebook, lesson, student)}
     return results
+
+
+def _moved(text, old, new):
+    for prefix in filter(None, old):
+        text = text.replace(prefix, new)
+    return text
 
 
 def _course_result(course, lesson, student):
