@@ -1,6 +1,7 @@
 """zerolab grade merge LESSON DIR...: fold shard folders into the course, through nbgrader's Gradebook API."""
 import csv
 import shutil
+import warnings
 from pathlib import Path
 
 from zerolab.errors import UserError
@@ -25,6 +26,8 @@ def add_arguments(parser):
 
 
 def run(args):
+    from sqlalchemy.exc import SAWarning
+
     from zerolab.grading import report, shards
     from zerolab.grading.coursedir import Course
     from zerolab.grading.release import ensure_assignment
@@ -43,7 +46,7 @@ def run(args):
     count = splits.pop()
     unfinished = [folder for folder, record in records if not record.get("finished")]
     done = [(folder, record) for folder, record in records if record.get("finished")]
-    missing = sorted(set(range(1, count + 1)) - {record["shard"] for _, record in done})
+    missing = sorted(set(range(1, count + 1)) - {record["shard"] for _, record in records})
     ensure_assignment(course, args.lesson)
     found = {}  # student -> [(folder, result)]
     for folder, record in done:
@@ -52,23 +55,30 @@ def run(args):
             found.setdefault(student, []).append((folder, result))
     conflicts, written, unchanged = [], [], 0
     rows = []
-    for student, candidates in sorted(found.items()):
-        first_folder, result = candidates[0]
-        others = [folder for folder, other in candidates[1:] if other != result]
-        if others:
-            conflicts.append(f"{student}: graded differently in {first_folder} and {others[0]}; left as the course has it")
-            continue
-        held = _course_result(course, args.lesson, student)
-        if held == result:
-            unchanged += 1
-            continue
-        if held is not None and not args.overwrite:
-            conflicts.append(f"{student}: the course already holds a different result ({_summary(held)}) than "
-                             f"{first_folder} ({_summary(result)}); kept the course's (--overwrite takes the shard's)")
-            continue
-        _write(course, args.lesson, student, result, first_folder)
-        rows.append(result["row"])
-        written.append(student)
+    held_rows = _rows(course.root / "grades.csv", args.lesson)
+    with _gradebook(course.gradebook) as gradebook, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission trips it (nbgrader #1473)
+        for student, candidates in sorted(found.items()):
+            first_folder, result = candidates[0]
+            others = [folder for folder, other in candidates[1:] if other != result]
+            if others:
+                conflicts.append(f"{student}: graded differently in {first_folder} and {others[0]}; "
+                                 "left as the course has it")
+                continue
+            entries = _entries(gradebook, args.lesson, student)
+            held = None if student not in held_rows and entries["submission"] is None else {
+                "row": held_rows.get(student), **entries}
+            if held == result:
+                unchanged += 1
+                continue
+            if held is not None and not args.overwrite:
+                conflicts.append(f"{student}: the course already holds a different result ({_summary(held)}) than "
+                                 f"{first_folder} ({_summary(result)}); kept the course's (--overwrite takes the "
+                                 "shard's)")
+                continue
+            _write(gradebook, course, args.lesson, student, result, first_folder)
+            rows.append(result["row"])
+            written.append(student)
     report.merge_csv(course.root / "grades.csv", rows)
     print(f"zerolab grade merge {args.lesson}: {len(done)} shard(s) of {count}, {len(found)} students: "
           f"{len(written)} merged, {unchanged} already in the course, {len(conflicts)} in conflict; "
@@ -80,7 +90,7 @@ def run(args):
               "grading; grade it again, then merge it")
     for number in missing:
         print(f"MISSING: shard {number}/{count} is not among the folders given; its students are not merged")
-    return 1 if conflicts or missing else 0
+    return 1 if conflicts or missing or unfinished else 0
 
 
 def _same_lesson(course, folder, lesson):
@@ -105,10 +115,7 @@ def _cells(database, lesson):
 def _results(folder, record, course, lesson):
     """{student: result} of one shard: its gradebook entries and its grades.csv row, paths made the course's
     (the shard's folder as it was named where it ran, on a scheduler's node, and as it is named here)."""
-    rows = {}
-    if (folder / "grades.csv").exists():
-        with open(folder / "grades.csv", newline="") as handle:
-            rows = {row["student"]: row for row in csv.DictReader(handle) if row["lesson"] == lesson}
+    rows = _rows(folder / "grades.csv", lesson)
     results = {}
     with _gradebook(folder / "gradebook.db") as gradebook:
         for student in record["students"]:
@@ -126,16 +133,11 @@ def _moved(text, old, new):
     return text
 
 
-def _course_result(course, lesson, student):
-    rows = {}
-    if (course.root / "grades.csv").exists():
-        with open(course.root / "grades.csv", newline="") as handle:
-            rows = {row["student"]: row for row in csv.DictReader(handle) if row["lesson"] == lesson}
-    with _gradebook(course.gradebook) as gradebook:
-        entries = _entries(gradebook, lesson, student)
-    if student not in rows and entries["submission"] is None:
-        return None
-    return {"row": rows.get(student), **entries}
+def _rows(path, lesson):
+    if not path.exists():
+        return {}
+    with open(path, newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle) if row["lesson"] == lesson}
 
 
 def _gradebook(path):
@@ -175,36 +177,31 @@ def _summary(result):
     return f"{row.get('status', '?')} {row.get('score') or '-'}"
 
 
-def _write(course, lesson, student, result, folder):
+def _write(gradebook, course, lesson, student, result, folder):
     """The shard's result for one student into the course: gradebook, files, log."""
-    import warnings
-
-    from sqlalchemy.exc import SAWarning
-
     submission = result["submission"]
-    with _gradebook(course.gradebook) as gradebook, warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission trips it (nbgrader #1473)
-        if result["student"] is not None or submission is not None:  # as unsharded grading leaves it
-            gradebook.update_or_create_student(student, **(result["student"] or {}))
-        if submission is None:
-            from nbgrader.api import MissingEntry
-            try:
-                gradebook.remove_submission(lesson, student)
-            except MissingEntry:
-                pass
-        else:
-            extra = {key: submission[key] for key in ("timestamp", "extension") if submission[key] is not None}
-            made = gradebook.update_or_create_submission(lesson, student, **extra)
-            for notebook in made.notebooks:
-                values = submission["notebooks"][notebook.name]
-                notebook.flagged = values["flagged"]
-                notebook.late_submission_penalty = values["late_submission_penalty"]
-                for grade in notebook.grades:
-                    (grade.auto_score, grade.manual_score, grade.extra_credit,
-                     grade.needs_manual_grade) = values["grades"][grade.name]
-                for comment in notebook.comments:
-                    comment.auto_comment, comment.manual_comment = values["comments"][comment.name]
-            gradebook.db.commit()
+    if result["student"] is not None or submission is not None:  # as unsharded grading leaves it
+        gradebook.update_or_create_student(student, **(result["student"] or {}))
+    if submission is None:
+        from nbgrader.api import MissingEntry
+
+        try:
+            gradebook.remove_submission(lesson, student)
+        except MissingEntry:
+            pass
+    else:
+        extra = {key: submission[key] for key in ("timestamp", "extension") if submission[key] is not None}
+        made = gradebook.update_or_create_submission(lesson, student, **extra)
+        for notebook in made.notebooks:
+            values = submission["notebooks"][notebook.name]
+            notebook.flagged = values["flagged"]
+            notebook.late_submission_penalty = values["late_submission_penalty"]
+            for grade in notebook.grades:
+                (grade.auto_score, grade.manual_score, grade.extra_credit,
+                 grade.needs_manual_grade) = values["grades"][grade.name]
+            for comment in notebook.comments:
+                comment.auto_comment, comment.manual_comment = values["comments"][comment.name]
+        gradebook.db.commit()
     for kind in ("autograded", "feedback"):
         _replace(folder / kind / student / lesson, course.root / kind / student / lesson)
     _replace(folder / "zerolab-grading" / "logs" / lesson / f"{student}.log", course.log(student, lesson))
