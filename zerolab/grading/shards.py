@@ -70,10 +70,11 @@ def snapshot(database, copy):
         target.close()
 
 
-def write_record(folder, **fields):
-    temporary = folder / f"{RECORD}.tmp"
+def write_record(path, **fields):
+    """RECORD in the shard folder `path`: lesson, shard, of, course, folder, students, finished."""
+    temporary = path / f"{RECORD}.tmp"
     temporary.write_text(json.dumps(fields, indent=1))
-    temporary.replace(folder / RECORD)
+    temporary.replace(path / RECORD)
 
 
 def read_record(folder):
