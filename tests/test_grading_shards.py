@@ -21,13 +21,19 @@ def sharded(graded_corpus, tmp_path_factory):
     corpus.write_course(course, REPO)
     shutil.copytree(graded_corpus.course / "submitted", course / "submitted")
     folders = [course.parent / f"shard-{number}" for number in range(1, SHARDS + 1)]
+    listings = [_listing(course)]
     runs = [subprocess.Popen([sys.executable, "-m", "zerolab", "grade", corpus.LESSON, "--course", str(course),
                               "--shard", f"{number}/{SHARDS}", "--out", str(folder)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for number, folder in enumerate(folders, 1)]
     outputs = [run.communicate(timeout=1800)[0] for run in runs]
+    listings.append(_listing(course))
     merged = zerolab("grade", "merge", corpus.LESSON, *folders, "--course", course)
-    return course, folders, outputs, merged
+    return course, folders, outputs, merged, listings
+
+
+def _listing(folder):
+    return {path.relative_to(folder): path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
 
 
 def _normalised(rows, course):
@@ -35,7 +41,8 @@ def _normalised(rows, course):
 
 
 def test_shards_split_the_class_and_touch_nothing_in_the_course(sharded, graded_corpus):
-    course, folders, outputs, merged = sharded
+    course, folders, outputs, merged, (before, after) = sharded
+    assert after == before, "a shard wrote into the course"
     graded = [set(read_rows(folder)) for folder in folders]
     assert sum(len(names) for names in graded) == len(graded_corpus.expected), outputs
     assert set().union(*graded) == set(graded_corpus.expected)
@@ -43,14 +50,14 @@ def test_shards_split_the_class_and_touch_nothing_in_the_course(sharded, graded_
 
 
 def test_merged_course_has_the_same_scores_statuses_and_reasons(sharded, graded_corpus):
-    course, folders, outputs, merged = sharded
+    course, folders, outputs, merged, _ = sharded
     assert merged.returncode == 0, merged.stdout + merged.stderr
     assert _normalised(read_rows(course), course) == _normalised(graded_corpus.rows, graded_corpus.course)
     assert gradebook_scores(course) == graded_corpus.scores  # what formgrader and `nbgrader export` read
 
 
 def test_merging_again_changes_nothing(sharded):
-    course, folders, _, _ = sharded
+    course, folders, _, _, _ = sharded
     rows, scores = read_rows(course), gradebook_scores(course)
     again = zerolab("grade", "merge", corpus.LESSON, *folders, "--course", course)
     assert again.returncode == 0 and " 0 merged" in again.stdout, again.stdout + again.stderr
@@ -58,13 +65,13 @@ def test_merging_again_changes_nothing(sharded):
 
 
 def test_a_missing_shard_is_named(sharded):
-    course, folders, _, _ = sharded
+    course, folders, _, _, _ = sharded
     partial = zerolab("grade", "merge", corpus.LESSON, *folders[:3], "--course", course)
     assert partial.returncode == 1 and f"shard 4/{SHARDS} is not among" in partial.stdout, partial.stdout
 
 
 def test_a_student_graded_differently_in_two_shards_is_reported_not_overwritten(sharded, tmp_path):
-    course, folders, _, _ = sharded
+    course, folders, _, _, _ = sharded
     rows = read_rows(folders[0])
     student = next(name for name, row in rows.items() if row["status"] == "graded")
     twin = tmp_path / "twin"
