@@ -22,7 +22,7 @@ FULL = sum(POINTS.values())
 EX1 = POINTS["test_ex1_model_state_bytes"]
 EX3 = POINTS["test_ex3_fraction_kept"]
 EX4 = POINTS["test_ex4_deepspeed_zero2_gib"]
-CAPS = {"cell_timeout": 15, "notebook_timeout": 60, "memory_limit": "2GiB", "max_processes": 64, "disk_limit": "64MiB"}
+CAPS = {"cell_timeout": 30, "notebook_timeout": 90, "memory_limit": "2GiB", "max_processes": 64, "disk_limit": "64MiB"}
 CORRECT = ("ok_alice", "ok_bob", "ok_carol", "ok_dave")
 
 
@@ -222,7 +222,7 @@ CASES = [
     Case("allocates_4gb", prepend("ex1_model_state_bytes", "_big = bytearray(4 * 2**30)"), "graded", FULL - EX1,
          "out of memory"),
     Case("prints_50mb_line", append('print("x" * 50_000_000)'), "graded", FULL, ""),
-    Case("notebook_too_long", both(*[append("import time\ntime.sleep(8)") for _ in range(9)]), "failed", None,
+    Case("notebook_too_long", both(*[append("import time\ntime.sleep(12)") for _ in range(9)]), "failed", None,
          "per-notebook cap"),
     Case("many_files", append(MANY_FILES), "review", FULL, "disk cap"),
     Case("many_directories", append(MANY_DIRECTORIES), "review", FULL, "disk cap"),
