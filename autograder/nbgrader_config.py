@@ -19,6 +19,7 @@ c.ZeroLab.memory_limit = "4GiB"  # address space of the student's kernel; a bigg
 c.ZeroLab.cell_timeout = 120  # seconds per cell: the cell is interrupted and grading goes on
 c.ZeroLab.notebook_timeout = 900  # seconds per notebook (nbgrader has no such cap): past it the submission fails
 c.ZeroLab.max_processes = 256  # processes and threads at once: a fork bomb stops here
+c.ZeroLab.disk_limit = "1GiB"  # the submission's folder and its /tmp together: past it writes fail, status review
 c.ZeroLab.isolation = "auto"  # auto | sandbox | limits | off
 
 # A student who deletes a test cell still gets it graded: nbgrader puts it back from the gradebook.

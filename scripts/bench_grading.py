@@ -1,6 +1,8 @@
-"""How long `zerolab grade` takes per notebook, with and without the sandbox, next to an empty notebook's floor.
+"""How long `zerolab grade` takes per notebook, with and without the sandbox, next to an empty notebook's floor;
+or, with --shards, students per minute when the class is split into 1, 2, 4 shards run at once and merged.
 
     python scripts/bench_grading.py [--students 30] [--lesson NAME ...] [--jobs 1 2]
+    python scripts/bench_grading.py --shards 1 2 4 [--students 24] [--lesson 03_overlap_comm]
 
 It copies the course (autograder/) into a temporary folder, submits a correct notebook for every student of
 every lesson plus an "empty" assignment (one graded cell that does nothing), and grades each lesson with
@@ -51,12 +53,41 @@ def grade(course, lesson, isolation, jobs):
     return seconds
 
 
+def shard_rates(course, lesson, students, counts):
+    """Students per minute for each shard count: N `zerolab grade --shard k/N` at once, then one merge."""
+    print(f"{students} students of {lesson}, sandboxed; shards run at the same time on this machine, then merged")
+    print(f"{'shards':>6} {'grading s':>10} {'merge s':>8} {'students/min':>13}")
+    for count in counts:
+        target = course.parent / f"course-{count}"
+        shutil.copytree(course, target)
+        folders = [target.parent / f"shards-{count}" / f"{number}" for number in range(1, count + 1)]
+        started = time.perf_counter()
+        runs = [subprocess.Popen([sys.executable, "-m", "zerolab", "grade", lesson, "--course", str(target),
+                                  "--shard", f"{number}/{count}", "--out", str(folder)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for number, folder in enumerate(folders, 1)]
+        outputs = [run.communicate()[0] for run in runs]
+        grading = time.perf_counter() - started
+        if any(run.returncode != 0 for run in runs):
+            print("\n".join(output[-2000:] for output in outputs), file=sys.stderr)
+            raise SystemExit(f"a shard of {count} failed")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "zerolab", "grade", "merge", lesson, *map(str, folders), "--course",
+                        str(target)], check=True, capture_output=True)
+        merging = time.perf_counter() - started
+        print(f"{count:>6} {grading:10.1f} {merging:8.1f} {students / (grading + merging) * 60:13.1f}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=30)
     parser.add_argument("--lesson", action="append", help="default: every lesson in autograder/source/")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--shards", type=int, nargs="+", help="students per minute for these shard counts instead")
     args = parser.parse_args()
+    if args.shards:
+        lesson = (args.lesson or ["03_overlap_comm"])[0]
+        args.lesson = [lesson]
     lessons = args.lesson or sorted(p.name for p in (REPO / "autograder" / "source").iterdir() if p.is_dir())
     course = Path(tempfile.mkdtemp(prefix="bench-grading-")) / "course"
     course.mkdir()
@@ -72,6 +103,10 @@ def main():
             folder = course / "submitted" / f"student{number:02d}" / lesson
             folder.mkdir(parents=True)
             nbformat.write(nb, folder / f"{lesson}.ipynb")
+    if args.shards:
+        shard_rates(course, args.lesson[0], args.students, args.shards)
+        shutil.rmtree(course.parent, ignore_errors=True)
+        return
     print(f"{args.students} students per lesson; seconds per notebook (wall time / students, CLI start included)")
     print(f"{'lesson':<26} {'jobs':>4} {'off':>7} {'sandbox':>8} {'sandbox cost':>13} {'cost / floor':>13}")
     floor = {}

@@ -22,7 +22,7 @@ FULL = sum(POINTS.values())
 EX1 = POINTS["test_ex1_model_state_bytes"]
 EX3 = POINTS["test_ex3_fraction_kept"]
 EX4 = POINTS["test_ex4_deepspeed_zero2_gib"]
-CAPS = {"cell_timeout": 5, "notebook_timeout": 30, "memory_limit": "2GiB", "max_processes": 64}
+CAPS = {"cell_timeout": 30, "notebook_timeout": 90, "memory_limit": "2GiB", "max_processes": 64, "disk_limit": "64MiB"}
 CORRECT = ("ok_alice", "ok_bob", "ok_carol", "ok_dave")
 
 
@@ -151,6 +151,22 @@ while True:
     except KeyboardInterrupt:
         pass'''
 PERMISSIVE_CHECKS = "def plain(value, name=None):\n    return value\n"
+# Past the disk cap (CAPS: 64 MiB for the submission's folder and its /tmp together) every write fails.
+MANY_FILES = '''import os
+os.makedirs("junk", exist_ok=True)
+for _number in range(10**6):
+    with open(f"junk/{_number}.txt", "w") as _file:
+        _file.write("x" * 100)'''
+MANY_DIRECTORIES = '''import os
+for _number in range(10**6):
+    os.makedirs(f"tree/{_number // 1000}/{_number}")'''
+FOLDER_AND_TMP = '''import os, tempfile
+_chunk = b"x" * 2**20
+for _where in (".", tempfile.gettempdir()):  # 40 MiB each: under the cap alone, past it together
+    with open(os.path.join(_where, "big.bin"), "wb") as _file:
+        for _ in range(40):
+            _file.write(_chunk)
+            _file.flush()'''
 
 CASES = [
     Case("release_unchanged", lambda nb, folder: None, "graded", 0, ""),  # replaced below by the release itself
@@ -206,8 +222,11 @@ CASES = [
     Case("allocates_4gb", prepend("ex1_model_state_bytes", "_big = bytearray(4 * 2**30)"), "graded", FULL - EX1,
          "out of memory"),
     Case("prints_50mb_line", append('print("x" * 50_000_000)'), "graded", FULL, ""),
-    Case("notebook_too_long", both(*[append("import time\ntime.sleep(4)") for _ in range(9)]), "failed", None,
+    Case("notebook_too_long", both(*[append("import time\ntime.sleep(12)") for _ in range(9)]), "failed", None,
          "per-notebook cap"),
+    Case("many_files", append(MANY_FILES), "review", FULL, "disk cap"),
+    Case("many_directories", append(MANY_DIRECTORIES), "review", FULL, "disk cap"),
+    Case("fills_folder_and_tmp", append(FOLDER_AND_TMP), "review", FULL, "disk cap"),
     Case("bad_kernelspec", lambda nb, f: nb.metadata.update(kernelspec={"name": "nonexistent-kernel",
                                                                         "display_name": "x", "language": "python"}),
          "graded", FULL, ""),

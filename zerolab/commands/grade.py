@@ -1,5 +1,8 @@
-"""zerolab grade: grade every submission of one lesson with nbgrader, safely, into grades.csv."""
+"""zerolab grade: grade every submission of one lesson with nbgrader, safely, into grades.csv; or one shard of
+the class, merged later (`zerolab grade merge`); and the grades for an LMS (`zerolab grade export`)."""
+import fcntl
 import json
+import os
 import queue
 import select
 import shutil
@@ -16,19 +19,31 @@ from zerolab.errors import UserError
 HELP = "grade every submission of a lesson with nbgrader (instructors)"
 DESCRIPTION = """Grade every student's submission of LESSON with nbgrader, in a sandbox, and write grades.csv.
 
+  zerolab grade LESSON [--jobs N] [--student S]      grade the course's submissions
+  zerolab grade LESSON --shard K/N [--out DIR]       grade shard K of N of the students into DIR only
+  zerolab grade merge LESSON DIR... [--course C]     fold shard folders into the course's gradebook
+  zerolab grade export LESSON --format canvas|csv    the gradebook's scores for an LMS
+(`zerolab grade merge --help`, `zerolab grade export --help` say more.)
+
 Each submission in DIR/submitted/<student>/LESSON/ is first repaired in a staged copy (copy-pasted graded
 cells, edited cell flags, a renamed notebook, deleted test cells), then graded by nbgrader autograde; the
 gradebook DIR/gradebook.db stays the record, so `nbgrader export` and formgrader keep working.
 Student code runs in a bubblewrap sandbox as a grading-only user: no network, no view of the source
-notebooks, the gradebook or other students, with a memory cap, a per-cell and a per-notebook time limit
-(set them in DIR/nbgrader_config.py: c.ZeroLab.memory_limit, cell_timeout, notebook_timeout).
+notebooks, the gradebook or other students, with a memory cap, a per-cell and a per-notebook time limit and a
+disk cap (set them in DIR/nbgrader_config.py: c.ZeroLab.memory_limit, cell_timeout, notebook_timeout,
+disk_limit).
 
 DIR/grades.csv gets one row per student: student, lesson, score, max_score, status, reason, where status is
   graded   scored by nbgrader
   review   scored, but a human should look (the reason says what: a repaired notebook, suspicious code)
   failed   could not be graded (the reason says why and what to do); the score is left empty, not 0
   missing  nothing submitted
+
+--shard K/N grades the students whose id hashes to shard K (the same split on every machine), into its own
+folder (default COURSE/shards/LESSON-K-of-N): a copy of the gradebook, autograded/, feedback/, grades.csv.
+Shards may run at once, on one machine or many (a Kubernetes Indexed Job, a Slurm array: see deploy/).
 """
+ACTIONS = ("merge", "export")  # words that are never a lesson's name
 
 
 def add_arguments(parser):
@@ -41,41 +56,122 @@ def add_arguments(parser):
     parser.add_argument("--isolation", choices=("auto", "sandbox", "limits", "off"),
                         help="override ZeroLab.isolation: sandbox (bubblewrap), limits (memory/time caps only), "
                              "off (plain nbgrader); auto picks sandbox where it works")
+    parser.add_argument("--shard", metavar="K/N", help="grade only shard K of N of the students (K from 1 to N)")
+    parser.add_argument("--out", metavar="DIR", help="with --shard: the shard's folder "
+                                                     "(default COURSE/shards/LESSON-K-of-N)")
+    parser.add_argument("--release", action="store_true",
+                        help="(re)generate the lesson's release and gradebook entry first (nbgrader "
+                             "generate_assignment --force): after changing a lesson's tests")
+    actions = {name: _action_parser(parser, name) for name in ACTIONS}
+    whole = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        # `grade merge ...` and `grade export ...` are parsed by their own parser; anything else is a lesson.
+        args = sys.argv[1:] if args is None else list(args)
+        if args and args[0] in actions:
+            return actions[args[0]].parse_known_args(args[1:], namespace)
+        return whole(args, namespace)
+
+    parser.parse_known_args = parse_known_args
+
+
+def _action_parser(parser, name):
+    from zerolab.grading import export, merge
+
+    module = {"merge": merge, "export": export}[name]
+    action = type(parser)(prog=f"{parser.prog} {name}", description=module.DESCRIPTION,
+                          formatter_class=parser.formatter_class)
+    module.add_arguments(action)
+    action.set_defaults(handler=module.run)
+    return action
 
 
 def run(args):
-    from zerolab.grading import report, sandbox
+    from zerolab.grading import report, sandbox, shards
     from zerolab.grading.coursedir import Course
+    from zerolab.grading.release import ensure_assignment
 
     course = Course(Path(args.course).resolve())
     if not course.source_notebook(args.lesson).exists():
         raise UserError(f"no source notebook {course.source_notebook(args.lesson)}; is --course the nbgrader "
                         "course folder, and is the lesson built (python autograder/build.py)?")
+    if args.out and not args.shard:
+        raise UserError("--out is for shard runs: add --shard K/N (--shard 1/1 grades everyone into --out)")
+    number, count = shards.parse(args.shard) if args.shard else (None, None)
     limits = course.limits()
     mode, weaker = _isolation(args.isolation or limits.isolation, sandbox)
-    _ensure_assignment(course, args.lesson)
     students = course.students(args.lesson)
-    if args.student:
-        unknown = sorted(set(args.student) - set(students))
-        students = [name for name in students if name in set(args.student)] + unknown
-    print(f"zerolab grade {args.lesson}: {len(students)} students, {args.jobs} at a time; limits: {limits.describe()}")
-    print(f"isolation: {_describe(mode)}")
-    if weaker:
-        print(f"WARNING: {weaker}", file=sys.stderr)
-    started = time.perf_counter()
-    outcomes = _grade_all(course, args, mode, limits, students)
-    best = report.max_score(course, args.lesson)
-    for row in outcomes:
-        if row["max_score"] is None:
-            row["max_score"] = best
-        if weaker and row["status"] in ("graded", "review"):
-            row["reason"] = "; ".join(filter(None, [row["reason"], f"graded {_describe(mode)}"]))
-    report.write_csv(course.root / "grades.csv", outcomes, args.lesson)
+    shard = None
+    if args.shard:
+        folder = Path(args.out or shards.default_folder(course, args.lesson, number, count)).resolve()
+        if folder == course.root:
+            raise UserError("--out must be a folder of its own, not the course folder")
+        shard = {"lesson": args.lesson, "shard": number, "of": count, "course": str(course.root), "folder": str(folder)}
+        students = [name for name in students if shards.owner(name, count) == number]
+        target = shards.prepare(course, folder, args.lesson)
+    else:
+        target = course
+    with _one_run_at_a_time(target):
+        ensure_assignment(target, args.lesson, force=args.release)
+        if args.student:
+            unknown = sorted(set(args.student) - set(students))
+            if shard:
+                unknown = [name for name in unknown if shards.owner(name, shard["of"]) == shard["shard"]]
+            students = [name for name in students if name in set(args.student)] + unknown
+        if shard:
+            shards.write_record(target.root, **shard, students=students, finished=False)
+        where = f" (shard {args.shard}, into {target.root})" if shard else ""
+        print(f"zerolab grade {args.lesson}{where}: {len(students)} students, {args.jobs} at a time; "
+              f"limits: {limits.describe()}")
+        print(f"isolation: {_describe(mode)}")
+        if weaker:
+            print(f"WARNING: {weaker}", file=sys.stderr)
+        started = time.perf_counter()
+        outcomes = _grade_all(target, args, mode, limits, students)
+        best = report.max_score(target, args.lesson)
+        for row in outcomes:
+            if row["max_score"] is None:
+                row["max_score"] = best
+            if weaker and row["status"] in ("graded", "review"):
+                row["reason"] = "; ".join(filter(None, [row["reason"], f"graded {_describe(mode)}"]))
+        if args.student:  # a regrade of a few: the lesson's other rows stay
+            report.merge_csv(target.root / "grades.csv", outcomes)
+        else:
+            report.write_csv(target.root / "grades.csv", outcomes, args.lesson)
+        if shard:
+            shards.write_record(target.root, **shard, students=students, finished=True)
     counts = {status: sum(row["status"] == status for row in outcomes)
               for status in ("graded", "review", "failed", "missing")}
     print(f"done in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-          + f"; wrote {course.root / 'grades.csv'}")
+          + f"; wrote {target.root / 'grades.csv'}")
     return 1 if counts["failed"] else 0
+
+
+class _one_run_at_a_time:
+    """Two runs grading into one folder at once would stage, grade and log the same students over each other."""
+
+    def __init__(self, course):
+        self.path = course.work / "run.lock"
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "another process"
+            self.handle.close()
+            raise UserError(f"another `zerolab grade` ({holder}) is grading into {self.path.parent.parent} now; "
+                            "wait for it, or give this run its own --shard/--out folder") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"pid {os.getpid()}")
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
 
 
 def _isolation(wanted, sandbox):
@@ -98,32 +194,6 @@ def _describe(mode):
     return {"sandbox": "sandbox (bubblewrap: grading-only uid, no network, only its own folder, caps)",
             "limits": "without sandbox, memory and time caps only",
             "off": "without sandbox or caps (plain nbgrader)"}[mode]
-
-
-def _ensure_assignment(course, lesson):
-    """generate_assignment when the gradebook does not know the lesson yet (autograde needs it)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    known = False
-    if course.gradebook.exists():
-        with Gradebook(f"sqlite:///{course.gradebook}") as gradebook:
-            try:
-                gradebook.find_assignment(lesson)
-                known = bool(gradebook.find_assignment(lesson).notebooks)
-            except MissingEntry:
-                pass
-    if known and course.release_notebook(lesson).exists():
-        return
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
-    print(f"nbgrader generate_assignment {lesson} (the gradebook does not have it yet)")
-    config = course.load_config()
-    config.CourseDirectory.root = str(course.root)
-    result = NbGraderAPI(CourseDirectory(config=config), config=config).generate_assignment(lesson)
-    if not result["success"]:
-        from zerolab.grading.report import last_error_line
-        raise UserError(f"nbgrader generate_assignment {lesson} failed: {last_error_line(result)}")
 
 
 def _grade_all(course, args, mode, limits, students):
@@ -177,7 +247,7 @@ def _grade_all(course, args, mode, limits, students):
 def _start_worker(course, args, mode, number, home):
     worker = subprocess.Popen([sys.executable, "-I", "-m", "zerolab.grading.worker"], cwd=home,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    job = {"course": str(course.root), "lesson": args.lesson, "mode": mode, "feedback": args.feedback,
+    job = {"course": str(course.root), "submissions": str(course.submitted_root), "lesson": args.lesson, "mode": mode, "feedback": args.feedback,
            "slot": number, "home": str(home)}
     worker.stdin.write(json.dumps(job) + "\n")
     worker.stdin.flush()

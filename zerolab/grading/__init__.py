@@ -8,4 +8,10 @@ kernel     the kernel launcher nbgrader starts: limits, sandbox, per-notebook de
 nbgrader_ext  small nbgrader preprocessors: cell tracking, output caps, hidden tests out of feedback
 worker     one grading process: grades students one by one with nbgrader's API, repairs dead kernels
 report     the status/reason of each student and grades.csv
+diskcap    the disk cap: the submission's folder and /tmp on one size-limited tmpfs per kernel
+uids       grading uids leased by lock files, so concurrent runs never share one
+release    the lesson in the gradebook (nbgrader generate_assignment)
+shards     one part of the class graded into a folder of its own (--shard K/N)
+merge      shard folders folded into the course's gradebook (zerolab grade merge)
+export     the gradebook's scores for an LMS: Canvas or plain CSV (zerolab grade export)
 """

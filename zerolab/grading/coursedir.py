@@ -6,6 +6,7 @@ The instructor sets the limits in the course's nbgrader_config.py, next to nbgra
     c.ZeroLab.cell_timeout = 120         # seconds per cell (passed to nbgrader as Execute.timeout)
     c.ZeroLab.notebook_timeout = 900     # seconds per notebook (nbgrader has no such cap)
     c.ZeroLab.max_processes = 256        # processes and threads the kernel may have at once
+    c.ZeroLab.disk_limit = "1GiB"        # the submission's folder and its /tmp together
     c.ZeroLab.isolation = "auto"         # auto | sandbox | limits | off
 """
 import re
@@ -15,18 +16,18 @@ from pathlib import Path
 from zerolab.errors import UserError
 
 DEFAULTS = {"memory_limit": 4 * 2**30, "cell_timeout": 120, "notebook_timeout": 900, "max_processes": 256,
-            "isolation": "auto"}
+            "disk_limit": 2**30, "isolation": "auto"}
 ISOLATION_MODES = ("auto", "sandbox", "limits", "off")
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 
 
-def parse_size(text):
+def parse_size(text, name="memory_limit"):
     """'4GiB' -> 4294967296, '512MB' -> 512000000, 1024 -> 1024."""
     if isinstance(text, (int, float)):
         return int(text)
     match = _SIZE.match(str(text))
     if not match:
-        raise UserError(f"memory_limit {text!r} is not a size; write e.g. '4GiB' or '512MiB'")
+        raise UserError(f"{name} {text!r} is not a size; write e.g. '4GiB' or '512MiB'")
     number, prefix, binary = match.groups()
     power = " KMGT".index(prefix.upper() or " ")
     return int(float(number) * (1024 if binary else 1000) ** power)
@@ -38,16 +39,23 @@ class Limits:
     cell_timeout: int
     notebook_timeout: int
     max_processes: int
+    disk_limit: int
     isolation: str
 
     def describe(self):
         return (f"memory {self.memory_limit / 2**30:.3g} GiB, {self.cell_timeout} s per cell, "
-                f"{self.notebook_timeout} s per notebook, {self.max_processes} processes")
+                f"{self.notebook_timeout} s per notebook, {self.max_processes} processes, "
+                f"disk {gib(self.disk_limit)}")
+
+
+def gib(size):
+    return f"{size / 2**30:.3g} GiB"
 
 
 @dataclass(frozen=True)
 class Course:
     root: Path
+    submissions: Path = None  # where submitted/<student>/<lesson> are read from (default: root/submitted)
 
     @property
     def config_file(self):
@@ -65,8 +73,12 @@ class Course:
     def staged(self, student, lesson):
         return self.work / "staged" / student / lesson
 
+    @property
+    def submitted_root(self):
+        return self.submissions or self.root / "submitted"
+
     def submitted(self, student, lesson):
-        return self.root / "submitted" / student / lesson
+        return self.submitted_root / student / lesson
 
     def autograded(self, student, lesson):
         return self.root / "autograded" / student / lesson
@@ -104,7 +116,8 @@ class Course:
             values["cell_timeout"] = config.Execute.timeout  # the nbgrader setting counts unless ZeroLab overrides it
         values.update(section)
         values["memory_limit"] = parse_size(values["memory_limit"])
-        for key in ("cell_timeout", "notebook_timeout", "max_processes"):
+        values["disk_limit"] = parse_size(values["disk_limit"], "disk_limit")
+        for key in ("cell_timeout", "notebook_timeout", "max_processes", "disk_limit"):
             if not isinstance(values[key], int) or values[key] <= 0:
                 raise UserError(f"{self.config_file}: ZeroLab.{key} should be a positive whole number, "
                                 f"got {values[key]!r}")
@@ -113,11 +126,14 @@ class Course:
         return Limits(**values)
 
     def students(self, lesson):
-        """Everyone with a folder in submitted/ plus everyone in the gradebook, sorted."""
-        names = {path.name for path in (self.root / "submitted").glob("*") if path.is_dir()}
-        if self.gradebook.exists():
-            from nbgrader.api import Gradebook
+        """Everyone with a folder in submitted/ plus everyone in the gradebook, sorted. Reads only."""
+        import sqlite3
 
-            with Gradebook(f"sqlite:///{self.gradebook}") as gradebook:
-                names.update(student.id for student in gradebook.students)
+        names = {path.name for path in self.submitted_root.glob("*") if path.is_dir()}
+        if self.gradebook.exists():
+            db = sqlite3.connect(f"{self.gradebook.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                names.update(row[0] for row in db.execute("select id from student"))
+            finally:
+                db.close()
         return sorted(names)

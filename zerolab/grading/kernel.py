@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from zerolab.grading import sandbox
+from zerolab.grading import diskcap, sandbox
 
 
 def main(argv):
@@ -25,15 +25,17 @@ def main(argv):
     connection_file, extra = argv[1], argv[2:]
     workdir = Path.cwd()
     scratch = Path(tempfile.mkdtemp(prefix="kernel-", dir=policy["scratch_root"]))
-    shutil.copy(connection_file, scratch / "kernel.json")
     if policy["mode"] == "sandbox":
+        # The kernel works in a copy of its folder, with its /tmp, on a tmpfs of disk_limit bytes (see diskcap).
         uid = policy["uid"]
-        _give(workdir, uid)
-        _give(scratch, uid)
         kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "/tmp/kernel.json", *extra]
-        argv = sandbox.command(kernel, uid=uid, workdir=workdir, scratch=scratch, ipc_dir=policy["ipc_dir"],
-                               read_only=[Path(p) for p in policy["read_only"]])
+        inner = sandbox.command(kernel, uid=uid, workdir=workdir, workdir_source=scratch / "work",
+                                scratch=scratch / "tmp", ipc_dir=policy["ipc_dir"],
+                                read_only=[Path(p) for p in policy["read_only"]])
+        argv = diskcap.command({"mount": str(scratch), "size": policy["disk_limit"], "uid": uid,
+                                "workdir": str(workdir), "connection_file": connection_file}, inner)
     else:
+        shutil.copy(connection_file, scratch / "kernel.json")
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(scratch / "kernel.json"), *extra]
     child = subprocess.Popen(argv, preexec_fn=lambda: _limit(policy))
     signal.signal(signal.SIGINT, lambda *_: None)  # nbclient interrupts the whole process group; the kernel handles it
@@ -56,20 +58,13 @@ def _limit(policy):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     memory = policy["memory_limit"]
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (memory, memory))
+    disk = policy["disk_limit"]  # one file; the sandbox's tmpfs caps all of them together
+    resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
     cpu = policy["notebook_timeout"] + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if policy["mode"] == "sandbox":  # counted per uid: only meaningful for the grading-only uid
         resource.setrlimit(resource.RLIMIT_NPROC, (policy["max_processes"], policy["max_processes"]))
-
-
-def _give(path, uid):
-    """Hand a folder to the grading uid (the grading process takes it back afterwards: see worker.reclaim)."""
-    os.chown(path, uid, uid)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, uid)
 
 
 def _record(policy, event):

@@ -46,24 +46,35 @@ def read_scores(course, student, lesson, outcome, limits):
                   if grade.needs_manual_grade]
     if manual:
         outcome.review.append(f"needs manual grading in formgrader: {', '.join(manual)}")
-    outcome.notes += cap_notes(course.autograded(student, lesson) / f"{lesson}.ipynb", limits)
+    notes, review = cap_notes(course.autograded(student, lesson) / f"{lesson}.ipynb", limits)
+    outcome.notes += notes
+    outcome.review += review
+
+
+# What a write past the disk cap raises: the tmpfs is full (files or inodes), or one file passed RLIMIT_FSIZE.
+DISK_FULL = ("[Errno 28]", "No space left on device", "[Errno 27]", "File too large")
 
 
 def cap_notes(path, limits):
-    """'cell X: ...' for cells of the executed notebook stopped by the memory or time cap."""
+    """(notes, review): 'cell X ...' for cells of the executed notebook stopped by a cap. The memory and time
+    caps stop honest but slow or greedy code (a note); filling the disk is never needed (a human looks)."""
     import nbformat
 
     if not path.exists():
-        return []
-    notes = []
+        return [], []
+    notes, review = [], []
     for index, cell in enumerate(nbformat.read(path, as_version=4).cells, 1):
         label = cell.metadata.get("nbgrader", {}).get("grade_id") or f"#{index}"
-        names = {output.get("ename") for output in cell.get("outputs", []) if output.get("output_type") == "error"}
+        errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+        names = {output.get("ename") for output in errors}
         if "MemoryError" in names:
             notes.append(f"cell {label} ran out of memory (cap {limits.memory_limit / 2**30:.3g} GiB)")
         if names & {"CellTimeoutError", "KeyboardInterrupt"}:
             notes.append(f"cell {label} was stopped at the {limits.cell_timeout} s per-cell cap")
-    return notes
+        if any(mark in str(output.get("evalue", "")) for output in errors for mark in DISK_FULL):
+            review.append(f"cell {label} wrote past the {limits.disk_limit / 2**30:.3g} GiB disk cap (its folder "
+                          "and /tmp together); its writes failed")
+    return notes, review
 
 
 def max_score(course, lesson):
@@ -104,3 +115,18 @@ def _cell(value):
     if isinstance(value, float):
         return f"{value:g}"
     return value
+
+
+def merge_csv(path, rows):
+    """grades.csv with `rows` in place of the rows of the same lesson and student; every other row kept."""
+    replaced = {(row["lesson"], row["student"]) for row in rows}
+    kept = []
+    if path.exists():
+        with open(path, newline="") as handle:
+            kept = [row for row in csv.DictReader(handle) if (row.get("lesson"), row.get("student")) not in replaced]
+    rows = sorted(kept + [{key: row.get(key, "") for key in COLUMNS} for row in rows],
+                  key=lambda row: (row["lesson"], row["student"]))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BASE_UID = 61000  # grading uids are BASE_UID + worker slot; nothing else on the machine should use them
+from zerolab.grading.uids import BASE_UID  # noqa: F401 (grading uids: see uids.allocate)
 SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "DS_ACCELERATOR", "MPLBACKEND", "OMP_NUM_THREADS")
 
@@ -25,12 +25,17 @@ def probe():
         return False, "setpriv (util-linux) is not installed"
     if os.geteuid() != 0:
         return False, "grading is not running as root, so it cannot switch the kernel to a grading-only user"
+    from zerolab.grading import uids
+
+    lease = uids.allocate()
     argv = _bwrap_base(read_only=python_paths(exclude=())) + [
-        "--", *_drop_to(BASE_UID), sys.executable, "-c", "import ipykernel"]
+        "--", *_drop_to(lease.uid), sys.executable, "-c", "import ipykernel"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         return False, f"bubblewrap could not start: {error}"
+    finally:
+        lease.release()
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         return False, f"bubblewrap failed here ({last}); a container may need CAP_SYS_ADMIN"
@@ -93,12 +98,13 @@ def _drop_to(uid):
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
 
 
-def command(kernel_argv, *, uid, workdir, scratch, ipc_dir, read_only):
-    """The bwrap command that runs `kernel_argv` in `workdir` as `uid`, seeing only what it needs."""
+def command(kernel_argv, *, uid, workdir, scratch, ipc_dir, read_only, workdir_source=None):
+    """The bwrap command that runs `kernel_argv` in `workdir` as `uid`, seeing only what it needs.
+    `workdir_source` (default: workdir itself) is the folder shown at `workdir`: the disk-capped copy."""
     made = set()
     argv = _bwrap_base(read_only, scratch)
     argv += _parents(ipc_dir, made) + ["--bind", str(ipc_dir), str(ipc_dir)]
-    argv += _parents(workdir, made) + ["--bind", str(workdir), str(workdir)]
+    argv += _parents(workdir, made) + ["--bind", str(workdir_source or workdir), str(workdir)]
     for notebook in sorted(Path(workdir).glob("*.ipynb")):
         argv += ["--ro-bind", "/dev/null", str(notebook)]  # the copy with hidden tests stays unreadable
     argv += ["--chdir", str(workdir), "--clearenv"]

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from zerolab.grading import nbgrader_ext, report, sandbox, sanitize
+from zerolab.grading import nbgrader_ext, report, sandbox, sanitize, uids
 from zerolab.grading.coursedir import Course
 
 KERNEL_NAME = "zerolab-grading"
@@ -19,12 +19,14 @@ MAX_REPAIRS = 3
 
 class Worker:
     def __init__(self, job):
-        self.course = Course(Path(job["course"]))
+        self.course = Course(Path(job["course"]), Path(job["submissions"]) if job.get("submissions") else None)
         self.lesson, self.mode, self.feedback = job["lesson"], job["mode"], job["feedback"]
         self.limits = self.course.limits()
         self.home = Path(job["home"])  # this worker's private folder: kernelspec, policy, sockets, state
         self.state_file = self.home / "state.json"
-        self.uid = sandbox.BASE_UID + job["slot"]
+        # a uid no other grading worker on this machine holds, for as long as this process lives
+        self.lease = uids.allocate() if self.mode == "sandbox" else None
+        self.uid = self.lease.uid if self.lease else None
         self.api = self._api()
 
     def _api(self):
@@ -58,6 +60,7 @@ class Worker:
         policy = {"mode": self.mode, "uid": self.uid, "ipc_dir": str(ipc), "scratch_root": str(scratch),
                   "state_file": str(self.state_file), "memory_limit": self.limits.memory_limit,
                   "notebook_timeout": self.limits.notebook_timeout, "max_processes": self.limits.max_processes,
+                  "disk_limit": self.limits.disk_limit,
                   "read_only": [str(p) for p in sandbox.python_paths(exclude=[self.course.root, self.home])]}
         (self.home / "policy.json").write_text(json.dumps(policy))
         spec = self.home / "kernels" / "kernels" / KERNEL_NAME
