@@ -42,6 +42,10 @@ def build(name):
 
 def main():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from zerolab.run.op_locks import clear_stale_locks
+
+    for lock in clear_stale_locks():
+        print(f"build_ops: removed a stale build lock left by a killed build: {lock}", flush=True)
     total = sum(build(name) for name in OPS)
     print(f"build_ops: both ops ready in {total:.0f} s (cached: later runs start at once)")
     return 0

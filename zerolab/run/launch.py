@@ -22,6 +22,7 @@ import time
 import psutil
 
 from zerolab.run.diagnose import RunFailed, RunTimeout, explain_failure
+from zerolab.run.op_locks import clear_stale_locks
 from zerolab.run.worker import EVENT_PREFIX
 from zerolab.tools import env_with_interpreter_bin
 
@@ -37,6 +38,8 @@ def free_port():
 
 def launch(job, ranks, timeout=600, on_event=None, on_tick=None):
     """Run ``job`` (config, model, steps, device) on ``ranks`` processes; return each rank's measurement."""
+    for lock in clear_stale_locks():
+        print(f"zerolab: removed a stale DeepSpeed op build lock left by a killed build: {lock}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="zerolab-run-") as result_dir:
         job = dict(job, result_dir=result_dir)
         job_path = os.path.join(result_dir, "job.json")
