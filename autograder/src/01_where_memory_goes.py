@@ -457,15 +457,17 @@ def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_largest_micro_batch", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 from zerolab.fit import fit
 
-answer = largest_micro_batch(llama, 4096, 80 * GB, 8, 2, "full")
-assert isinstance(answer, int) and not isinstance(answer, bool), f"return an int, got {type(answer).__name__}"
-assert answer >= 1, "ZeRO-2 with full recomputation fits at least one sequence of Llama 2 7B on 80 GB GPUs"
+from zerolab.checks import whole
+
+answer = whole(largest_micro_batch(llama, 4096, 80 * GB, 8, 2, "full"), "largest_micro_batch(...)",
+               "a number of sequences")
+assert answer >= 1, "not right: ZeRO-2 with full recomputation fits at least one sequence of Llama 2 7B on 80 GB GPUs"
 assert budget.budget(llama, 2, 4096, answer, gpus_per_node=8, recompute="full").gpu_bytes <= 80 * GB, \
-    "your micro-batch does not fit: its budget is more than gpu_bytes"
+    "does not fit: the budget of your micro-batch is more than gpu_bytes"
 assert budget.budget(llama, 2, 4096, answer + 1, gpus_per_node=8, recompute="full").gpu_bytes > 80 * GB, \
-    "one more sequence still fits: look for the largest micro-batch, not the first that fits"
+    "not the largest: one more sequence still fits"
 assert largest_micro_batch(llama, 4096, 80 * GB, 8, 0, "full") == 0, \
-    "DDP keeps all model states on every GPU: nothing fits, and the answer is then 0"
+    "does not fit: at stage 0 not even one sequence fits on these GPUs; return 0 then"
 _row = next(o for o in fit(llama, 4096, 80 * GB, 8).rows
             if (o.stage, o.offload_optimizer, o.recompute) == (2, "none", "full"))
 assert answer == _row.micro_batch, "zerolab fit finds another micro-batch for ZeRO-2 with full recomputation"
@@ -473,7 +475,7 @@ assert answer == _row.micro_batch, "zerolab fit finds another micro-batch for Ze
 from zerolab import budget as _budget
 from zerolab import models as _models
 from zerolab.activations import activation_memory as _activation_memory
-from zerolab.checks import exact_type as _exact_type
+from zerolab.checks import whole as _whole
 from zerolab.checks import plain as _plain
 
 for _name, _seq, _gpu, _gpus, _stage, _recompute in (
@@ -484,8 +486,8 @@ for _name, _seq, _gpu, _gpus, _stage, _recompute in (
     _want = _budget.largest_micro_batch(_gpu, _budget.model_states(_model, _stage, _gpus),
                                         _activation_memory(_model, _seq, 1, "bf16", "flash", _recompute),
                                         _budget.bucket_bytes(_stage))
-    _got = _exact_type(_plain(largest_micro_batch(_model, _seq, _gpu, _gpus, _stage, _recompute),
-                              "largest_micro_batch(...)"), int)
+    _got = _whole(_plain(largest_micro_batch(_model, _seq, _gpu, _gpus, _stage, _recompute),
+                         "largest_micro_batch(...)"), "largest_micro_batch(...)")
     assert _got == _want, f"largest_micro_batch is wrong for {_name}, sequence {_seq}, stage {_stage}, {_recompute}"
 ### END HIDDEN TESTS
 

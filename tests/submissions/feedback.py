@@ -185,6 +185,33 @@ L05 = {
     },
 }
 
+def _largest(body):
+    return "def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):\n" + body
+
+
+def _fits(micro):
+    return ("budget.budget(model, stage, seq_len, %s, gpus_per_node=gpus, recompute=recompute).gpu_bytes <= gpu_bytes"
+            % micro)
+
+
+_COUNT_UP = "    micro = 0\n    while " + _fits("micro + 1") + ":\n        micro += 1\n"
+L01["ex5_largest_micro_batch"] = {
+    "wrong": [(_largest(_COUNT_UP + "    return float(micro)\n"), "wrong type"),
+              (_largest(_COUNT_UP + "    return str(micro)\n"), "wrong type"),
+              (_largest(_COUNT_UP + "    return micro + 1\n"), "does not fit"),
+              (_largest(_COUNT_UP + "    return max(micro - 1, 0)\n"), "not the largest"),
+              (_largest("    return 1\n"), "not the largest"),
+              (_largest(_COUNT_UP + "    return max(micro, 1)\n"), "return 0 then")],
+    "right": [_largest("    low, high = 0, 1\n    while " + _fits("high") + ":\n        low, high = high, 2 * high\n"
+                       "    while high - low > 1:\n        mid = (low + high) // 2\n"
+                       "        if " + _fits("mid") + ":\n            low = mid\n        else:\n            high = mid\n"
+                       "    return low\n"),
+              _largest("    for micro in range(4096, 0, -1):\n        if " + _fits("micro") + ":\n"
+                       "            return micro\n    return 0\n"),
+              "import itertools\n" + _largest("    return next(m for m in itertools.count(1) if not " + _fits("m") + ") - 1\n")],
+}
+
+
 VARIANTS = {"01_where_memory_goes": L01, "05_config_doctor": L05}
 
 _SKELETON = '''def build_deepspeed_config():
@@ -374,6 +401,14 @@ L07 = {
                             (_Q16 % (2, 1, 0), "FULL_SHARD shards"), (_Q16 % ("3.0", "2.0", "0.0"), "wrong type")],
                     [_Q16 % (3, 2, 0), "dict(FULL_SHARD=3, SHARD_GRAD_OP=2, NO_SHARD=0)",
                      '{"NO_SHARD": 0, "FULL_SHARD": 3, "SHARD_GRAD_OP": 2}']),
+    "ex17_activations_sequence": _q("Q17", [("2", "wrong type"), ('"E"', "should be one of"), ('"A"', "not right"),
+                                             ('"D"', "not right"), ('["B"]', "wrong type"), ('"C"', "not right")],
+                                    ['"B"', '" b "', '"b"']),
+    "ex18_checkpointed_inputs": _q("Q18", [("32 * 4096 * 4096 * 2", "wrong unit"), ("32 * 4096 * 4096 * 4 / 1e9", "not 4"),
+                                           ("32 * 4096 * 4096 / 1e9", "bytes of a bf16 value"),
+                                           ("4096 * 4096 * 2 / 1e9", "32 layers"), ('"1.07 GB"', "wrong type"),
+                                           ("1.0", "wrong unit")],
+                                   ["1.0737", "32 * 4096 * 1 * 4096 * 2 / 1e9", "1.07", "2**30 / 1e9"]),
 }
 
 VARIANTS["07_interview_drill"] = L07
