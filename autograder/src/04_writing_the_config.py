@@ -384,6 +384,9 @@ t4 = mixed_precision(COMPUTE_CAPABILITY["T4"])
 assert t4["fp16"]["enabled"] is True and t4["bf16"]["enabled"] is False, "T4 (7.5) has no bf16 tensor cores: enable fp16, disable bf16"
 a100 = mixed_precision(COMPUTE_CAPABILITY["A100"])
 assert a100["bf16"]["enabled"] is True and a100["fp16"]["enabled"] is False, "A100 (8.0) runs bf16 natively: enable bf16, disable fp16"
+p100 = mixed_precision((6, 0))
+assert p100["fp16"]["enabled"] is False and p100["bf16"]["enabled"] is False, \
+    "P100 (6.0): DeepSpeed's CUDA accelerator refuses fp16 below 7.0 and there are no bf16 tensor cores"
 print("Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 import copy
@@ -407,7 +410,7 @@ for gpu, capability in [("V100", (7, 0)), ("T4", (7, 5)), ("A100", (8, 0)), ("RT
     assert sorted(blocks) == ["bf16", "fp16"], f"{gpu}: return exactly the keys 'fp16' and 'bf16'"
     wants_bf16 = capability[0] >= 8
     wants_fp16 = not wants_bf16 and _deepspeed_fp16(capability)
-    assert blocks["bf16"]["enabled"] is wants_bf16 and blocks["fp16"]["enabled"] is wants_fp16, f"{gpu} {capability}: wrong choice"
+    assert blocks["bf16"]["enabled"] is wants_bf16 and blocks["fp16"]["enabled"] is wants_fp16, f"not right for the {gpu} {capability}: which precisions does DeepSpeed accept there?"
     try:
         DeepSpeedConfig({"train_batch_size": 4, **copy.deepcopy(blocks)})
     except Exception as error:

@@ -297,12 +297,14 @@ L04 = {
                   (_precision("    b = compute_capability[0] > 8\n"
                               "    return {'fp16': {'enabled': not b}, 'bf16': {'enabled': b}}\n"), "runs bf16 natively")],
         "right": [_precision("    major, minor = compute_capability\n    ampere = major >= 8\n"
-                             "    return dict(fp16=dict(enabled=not ampere), bf16=dict(enabled=ampere))\n"),
+                             "    return dict(fp16=dict(enabled=not ampere and major >= 7), bf16=dict(enabled=ampere))\n"),
                   _precision("    if list(compute_capability) >= [8, 0]:\n"
                              "        return {'fp16': {'enabled': False}, 'bf16': {'enabled': True}}\n"
-                             "    return {'fp16': {'enabled': True, 'loss_scale': 0}, 'bf16': {'enabled': False}}\n"),
+                             "    if list(compute_capability) >= [7, 0]:\n"
+                             "        return {'fp16': {'enabled': True, 'loss_scale': 0}, 'bf16': {'enabled': False}}\n"
+                             "    return {'fp16': {'enabled': False}, 'bf16': {'enabled': False}}  # fp32 on a P100\n"),
                   _precision("    b = bool(compute_capability[0] >= 8)\n"
-                             "    return {'bf16': {'enabled': b}, 'fp16': {'enabled': not b}}\n")],
+                             "    return {'bf16': {'enabled': b}, 'fp16': {'enabled': not b and compute_capability[0] >= 7}}\n")],
     },
     "ex4_zero3_offload": {
         "wrong": [(_zero3("    zero = config.setdefault('zero_optimization', {})\n    zero['stage'] = 3\n"
