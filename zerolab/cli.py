@@ -22,6 +22,7 @@ EPILOG = """examples:
   zerolab diff a.json b.json --params 7B --gpus-per-node 8
   zerolab run --stage 2 --ranks 2 --steps 5                  train a tiny GPT for real on 2 CPU ranks
   zerolab grade 04_writing_the_config                        grade every submission (instructors)
+  zerolab grade 04_writing_the_config --shard 1/4           one shard of the class; then `zerolab grade merge`
 
 `zerolab COMMAND --help` explains each command and its options."""
 
