@@ -7,24 +7,15 @@ Submission "wrong_<k>" fills every exercise with its k-th wrong answer and "righ
 and one autograde call. A wrong answer must score 0 with an AssertionError whose message names the mistake; a right
 answer must earn full points.
 """
-import copy
 
 import nbformat
 import pytest
 
 from tests.submissions.feedback import NOT_COVERED, VARIANTS
+from zerolab.grading.answers import with_answers
 from test_nbgrader_roundtrip import course_root, nbgrader, release_lesson, scores, submit  # noqa: F401
 
 pytestmark = pytest.mark.slow
-
-
-def filled(release, answers):
-    nb = copy.deepcopy(release)
-    for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
-    return nb
 
 
 def cell_error(course, name, student, grade_id):
@@ -54,7 +45,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
         for k in range(count):
             answers = {gid: v[kind][k] if kind == "right" else v[kind][k][0]
                        for gid, v in exercises.items() if k < len(v[kind])}
-            submit(course_root, name, f"{kind}_{k}", filled(release, answers))
+            submit(course_root, name, f"{kind}_{k}", with_answers(release, answers))
     rc, log = nbgrader(course_root, "autograde", name, "--force")
     assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
 

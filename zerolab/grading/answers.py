@@ -8,6 +8,11 @@ def with_solutions(release, source, only=None):
                if cell.metadata.get("nbgrader", {}).get("solution")}
     if only is not None:
         answers = {grade_id: text for grade_id, text in answers.items() if grade_id in set(only)}
+    return with_answers(release, answers)
+
+
+def with_answers(release, answers):
+    """A copy of `release` whose cells named in `answers` ({grade_id: source}) hold those sources."""
     filled = copy.deepcopy(release)
     for cell in filled.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
