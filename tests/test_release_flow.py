@@ -60,3 +60,6 @@ def test_lesson_06_measures_and_compares_without_answers(tmp_path, monkeypatch):
     assert "no column 'yours' yet" in text_of(table) and "predicted" in text_of(table)
     headers = [line for line in text_of(table).splitlines() if line.startswith("component")]
     assert len(headers) == 3 and not any("yours" in line for line in headers)
+    traffic = next(cell for cell in taught if "traffic_run.traffic_table()" in cell.source)
+    assert "no 'yours' yet" in text_of(traffic) and "to host measured" in text_of(traffic), \
+        "the measured offload traffic is shown before exercise 4 is answered"

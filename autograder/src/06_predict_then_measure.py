@@ -363,12 +363,17 @@ if os.environ.get("NBGRADER_EXECUTION"):
     print("Real runs are skipped while grading.")
 else:
     traffic_run = run_in_notebook(make_config(2, "cpu", precision="bf16", accumulation=3), ranks=RANKS, steps=2)
-    yours = offload_traffic(PARAMS, RANKS, 3, "bf16")
+    try:
+        yours = offload_traffic(PARAMS, RANKS, 3, "bf16")
+        yours_to_host, yours_to_device = f"{yours['to_host']:,} B", f"{yours['to_device']:,} B"
+    except Exception as error:  # exercise 4 not answered yet: the measurement is shown without your column
+        yours_to_host = yours_to_device = "-"
+        print(f"(no 'yours' yet: offload_traffic raised {type(error).__name__})")
     for rank in range(RANKS):
         measured, model = traffic_run.measured_traffic(rank), traffic_run.predicted_traffic[rank]
         print(f"rank {rank}: to host measured {measured['device_to_host_bytes']:,} B, model "
-              f"{model['device_to_host_bytes']:,} B, yours {yours['to_host']:,} B; back measured "
+              f"{model['device_to_host_bytes']:,} B, yours {yours_to_host}; back measured "
               f"{measured['host_to_device_bytes']:,} B, model {model['host_to_device_bytes']:,} B, "
-              f"yours {yours['to_device']:,} B")
+              f"yours {yours_to_device}")
     print()
     print(traffic_run.traffic_table())
