@@ -1,0 +1,37 @@
+"""The messages a learner reads in a lesson's code cells, as catalog keys (zerolab/i18n.py): every assert's
+message and every literal passed to tr(), an f-string's values written `{}`."""
+import ast
+
+
+def template(node):
+    """The catalog key of a message expression, or None when it is not a literal (a name, a call...)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(value.value)
+            else:
+                parts.append("{}")
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = template(node.left), template(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def messages(source):
+    """[(line, key)] of the messages in one code cell's source (IPython magics and shell lines skipped)."""
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and node.msg is not None:
+            found.append((node.lineno, template(node.msg)))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr" and node.args:
+            found.append((node.lineno, template(node.args[0])))
+    return [(line, key) for line, key in found if key]
