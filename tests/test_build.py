@@ -41,6 +41,11 @@ def test_there_are_lessons():
 
 def test_readme_lesson_map_is_fresh(fresh):
     assert (ROOT / "README.md").read_text() == (fresh / "README.md").read_text(), f"README.md's lesson map: {REBUILD}"
+    assert (ROOT / "README.zh.md").read_text() == (fresh / "README.zh.md").read_text(), \
+        f"README.zh.md's lesson map: {REBUILD}"
+    for lesson in course.LESSONS:
+        assert f"({course.lesson_path(lesson.name, 'zh')})" in (ROOT / "README.md").read_text()
+        assert f"[{lesson.title_zh}]({course.lesson_path(lesson.name, 'zh')})" in (ROOT / "README.zh.md").read_text()
     for lesson in course.LESSONS:
         assert (course.colab_url(lesson.name) in (ROOT / "README.md").read_text()) == course.published()
 
@@ -52,19 +57,26 @@ def test_instructor_notebook_is_fresh(fresh, name):
     assert load(ROOT / relative) == load(fresh / relative), f"{relative} is stale: {REBUILD}"
 
 
-@pytest.mark.parametrize("name", LESSONS)
-def test_release_is_fresh(fresh, name):
-    relative = Path("lessons", f"{name}.ipynb")
+EDITIONS = [(name, language) for language in course.LANGUAGES for name in LESSONS]
+
+
+def edition_path(folder, name, language):
+    return Path(folder, f"{name}.ipynb") if language == "en" else Path(folder, language, f"{name}.ipynb")
+
+
+@pytest.mark.parametrize("name, language", EDITIONS)
+def test_release_is_fresh(fresh, name, language):
+    relative = edition_path("lessons", name, language)
     assert (ROOT / relative).exists(), f"{relative} is missing: {REBUILD}"
     assert load(ROOT / relative) == load(fresh / relative), f"{relative} is stale: {REBUILD}"
 
 
-@pytest.mark.parametrize("name", LESSONS)
-def test_solution_was_executed_from_the_current_source(fresh, name):
-    path = ROOT / "solutions" / f"{name}.ipynb"
-    assert path.exists(), f"solutions/{name}.ipynb is missing: {REBUILD}"
+@pytest.mark.parametrize("name, language", EDITIONS)
+def test_solution_was_executed_from_the_current_source(fresh, name, language):
+    path = ROOT / edition_path("solutions", name, language)
+    assert path.exists(), f"{path.relative_to(ROOT)} is missing: {REBUILD}"
     solution = nbformat.read(str(path), as_version=4)
-    source = nbformat.read(str(fresh / "autograder" / "source" / name / f"{name}.ipynb"), as_version=4)
+    source = build.source_notebook(name, language)
     assert [c.source for c in solution.cells] == [c.source for c in source.cells], f"solutions/{name} is stale: {REBUILD}"
     assert solution.metadata["zerolab"]["source_sha256"] == build.source_hash(source), f"solutions/{name} is stale"
     code = [cell for cell in solution.cells if cell.cell_type == "code"]
@@ -77,8 +89,8 @@ def test_solution_was_executed_from_the_current_source(fresh, name):
 
 
 def test_no_generated_notebook_without_a_source():
-    found = {p.stem for p in (ROOT / "lessons").glob("*.ipynb")}
-    found |= {p.stem for p in (ROOT / "solutions").glob("*.ipynb")}
+    found = {p.stem for p in (ROOT / "lessons").glob("*.ipynb")} | {p.stem for p in (ROOT / "lessons/zh").glob("*.ipynb")}
+    found |= {p.stem for p in (ROOT / "solutions").glob("**/*.ipynb")}
     found |= {p.name for p in (ROOT / "autograder" / "source").glob("*") if p.is_dir()}
     assert found <= set(LESSONS), f"generated notebooks without a source in autograder/src: {sorted(found - set(LESSONS))}"
 

@@ -20,28 +20,38 @@ class Lesson:
     title: str
     goal: str = ""  # what the learner leaves able to do (the README's lesson map)
     needs: tuple = ()  # extra pip packages the setup cell installs on Colab/ModelScope when they are missing
+    title_zh: str = ""  # the Chinese edition's title and goal (README.zh.md's lesson map)
+    goal_zh: str = ""
 
 
 LESSONS = (
     Lesson("01_where_memory_goes", "Where the memory goes",
-           "compute per-GPU model-state memory for any ZeRO stage and GPU count"),
+           "compute per-GPU model-state memory for any ZeRO stage and GPU count",
+           title_zh="显存都去哪了", goal_zh="对任意 ZeRO 阶段和 GPU 数，算出每张 GPU 上模型状态占用的显存"),
     Lesson("02_offload", "CPU and NVMe offload",
-           "say what moves to host memory, what crosses PCIe each step, and when offload pays"),
+           "say what moves to host memory, what crosses PCIe each step, and when offload pays",
+           title_zh="CPU 与 NVMe 卸载", goal_zh="说清哪些数据移到主机内存、每步有多少数据经过 PCIe，以及卸载何时划算"),
     Lesson("03_overlap_comm", "Communication and overlap_comm",
-           "compute per-step traffic per stage, explain buckets and what overlap hides and costs"),
+           "compute per-step traffic per stage, explain buckets and what overlap hides and costs",
+           title_zh="通信与 overlap_comm", goal_zh="算出各阶段每步的通信量，讲清分桶，以及重叠能掩盖什么、代价是什么"),
     Lesson("04_writing_the_config", "Writing the config",
            "write build_deepspeed_config(): ZeRO-2, overlap_comm, CPU optimizer offload with pin_memory, "
-           "the batch arithmetic and fp16/bf16", needs=("deepspeed",)),
+           "the batch arithmetic and fp16/bf16", needs=("deepspeed",),
+           title_zh="编写配置", goal_zh="写出 build_deepspeed_config()：ZeRO-2、overlap_comm、带 pin_memory 的 CPU 优化器卸载、批大小的换算与 fp16/bf16"),
     Lesson("05_config_doctor", "Config doctor",
-           "read real configs, find what is wrong or wasteful, predict the effect of a change", needs=("deepspeed",)),
+           "read real configs, find what is wrong or wasteful, predict the effect of a change", needs=("deepspeed",),
+           title_zh="配置诊断", goal_zh="读懂真实的配置，找出错误或浪费之处，预测一处改动的效果"),
     Lesson("06_predict_then_measure", "Predict, then measure",
            "run real ZeRO stages on CPU ranks (and a GPU when there is one) and compare them to lesson 01",
-           needs=("deepspeed",)),
+           needs=("deepspeed",),
+           title_zh="先预测，再实测", goal_zh="在 CPU rank 上（有 GPU 时也在 GPU 上）实际运行各个 ZeRO 阶段，并与第 01 课的计算对照"),
     Lesson("07_interview_drill", "Interview drill",
-           "answer the classic ZeRO questions, with the popular wrong figures corrected"),
+           "answer the classic ZeRO questions, with the popular wrong figures corrected",
+           title_zh="面试演练", goal_zh="回答 ZeRO 的经典面试题，并纠正流传甚广的错误数字"),
     Lesson("08_zero_from_scratch", "ZeRO from scratch",
            "write ZeRO-1 (a sharded AdamW) and ZeRO-2 (sharded gradients) in torch.distributed, checked on real "
-           "ranks against AdamW and DeepSpeed", needs=("deepspeed",)),
+           "ranks against AdamW and DeepSpeed", needs=("deepspeed",),
+           title_zh="从零实现 ZeRO", goal_zh="用 torch.distributed 写出 ZeRO-1（切分的 AdamW）和 ZeRO-2（切分的梯度），在真实 rank 上与 AdamW 和 DeepSpeed 对照检查"),
 )
 
 
@@ -67,15 +77,25 @@ def published():
 
 UNPUBLISHED_NOTE = ("Colab, ModelScope and Binder badges appear here once the course is published: set `REPO` in "
                     "`zerolab/course.py` to its GitHub repository and run `python autograder/build.py`.")
+UNPUBLISHED_NOTE_ZH = ("课程发布后，这里会出现 Colab、ModelScope 和 Binder 的徽章：把 `zerolab/course.py` 中的 `REPO` "
+                       "设为课程的 GitHub 仓库，再运行 `python autograder/build.py`。")
 
 
-def colab_url(name):
-    return f"https://colab.research.google.com/github/{github_path()}/blob/{BRANCH}/lessons/{name}.ipynb"
+LANGUAGES = ("en", "zh")
 
 
-def modelscope_url(name):
+def lesson_path(name, language="en"):
+    """Where a lesson's student notebook lives in the repository: lessons/, or lessons/zh/ for the Chinese one."""
+    return f"lessons/{name}.ipynb" if language == "en" else f"lessons/{language}/{name}.ipynb"
+
+
+def colab_url(name, language="en"):
+    return f"https://colab.research.google.com/github/{github_path()}/blob/{BRANCH}/{lesson_path(name, language)}"
+
+
+def modelscope_url(name, language="en"):
     """ModelScope's notebook opens a GitHub notebook through its share/github link."""
-    return f"https://modelscope.cn/notebook/share/github/{github_path()}/blob/{BRANCH}/lessons/{name}.ipynb"
+    return f"https://modelscope.cn/notebook/share/github/{github_path()}/blob/{BRANCH}/{lesson_path(name, language)}"
 
 
 def binder_url(name=None):
@@ -88,31 +108,45 @@ MODELSCOPE_BADGE = "https://img.shields.io/badge/ModelScope-open%20notebook-624a
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
 
 
-def badges(name):
+def badges(name, language="en"):
     """Markdown badges opening one lesson on Colab and on ModelScope; "" while REPO is the placeholder."""
     if not published():
         return ""
-    return (f"[![Open In Colab]({COLAB_BADGE})]({colab_url(name)}) "
-            f"[![Open in ModelScope]({MODELSCOPE_BADGE})]({modelscope_url(name)})")
+    return (f"[![Open In Colab]({COLAB_BADGE})]({colab_url(name, language)}) "
+            f"[![Open in ModelScope]({MODELSCOPE_BADGE})]({modelscope_url(name, language)})")
 
 
 def lesson_map():
-    """The README's lesson map: a row per lesson with its Colab and ModelScope badges, and the Binder badge."""
+    """README.md's lesson map: a row per lesson, its Chinese edition beside it, each with Colab and ModelScope badges."""
     rows = []
     if published():
         rows += [f"[![Binder]({BINDER_BADGE})]({binder_url()}) runs every lesson in JupyterLab on Binder.", ""]
     else:
         rows += [UNPUBLISHED_NOTE, ""]
-    rows += ["| # | lesson | you leave able to | open |", "|---|---|---|---|"]
+    rows += ["| # | lesson | you leave able to | open | 中文版 |", "|---|---|---|---|---|"]
     for item in LESSONS:
         number = item.name.split("_", 1)[0]
-        rows.append(f"| {number} | [{item.title}](lessons/{item.name}.ipynb) | {item.goal} | "
-                    f"{badges(item.name) or '-'} |")
+        rows.append(f"| {number} | [{item.title}]({lesson_path(item.name)}) | {item.goal} | "
+                    f"{badges(item.name) or '-'} | "
+                    + " ".join(filter(None, [f"[{item.title_zh}]({lesson_path(item.name, 'zh')})",
+                                             badges(item.name, "zh")])) + " |")
     return "\n".join(rows)
 
 
-def notebook_url(name):
-    return f"{REPO}/blob/{BRANCH}/lessons/{name}.ipynb"
+def lesson_map_zh():
+    """README.zh.md's lesson map: the Chinese editions."""
+    rows = [f"[![Binder]({BINDER_BADGE})]({binder_url()}) 可在 Binder 的 JupyterLab 中运行全部课程。" if published()
+            else UNPUBLISHED_NOTE_ZH, ""]
+    rows += ["| # | 课程 | 学完之后你能 | 打开 |", "|---|---|---|---|"]
+    for item in LESSONS:
+        number = item.name.split("_", 1)[0]
+        rows.append(f"| {number} | [{item.title_zh}]({lesson_path(item.name, 'zh')}) | {item.goal_zh} | "
+                    f"{badges(item.name, 'zh') or '-'} |")
+    return "\n".join(rows)
+
+
+def notebook_url(name, language="en"):
+    return f"{REPO}/blob/{BRANCH}/{lesson_path(name, language)}"
 
 
 def install_url():

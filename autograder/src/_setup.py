@@ -19,7 +19,11 @@ def _setup(url, needs):
         from google.colab import output
         output.enable_custom_widget_manager()
     import zerolab
-    print(f"zerolab {zerolab.__version__} ready" + (f" on {where}" if where else ""))
+    from zerolab import i18n
+    if i18n.language() == "zh" and where and not spec.find_spec("mplfonts"):  # a CJK font for the plots
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "mplfonts"], check=True)
+    i18n.activate()
+    print(i18n.tr(f"zerolab {zerolab.__version__} ready" + (f" on {where}" if where else "")))
 
 
 _setup(INSTALL_URL, NEEDS)

@@ -1,0 +1,80 @@
+"""One autograder for both editions: `zerolab grade` grades Chinese and English submissions in one batch.
+
+For every lesson, one `zerolab grade` run over three students: the English solutions, the Chinese solutions
+(full marks, the same score) and the untouched Chinese release (0). For lesson 01 a fourth student answers the
+first exercise wrongly in the Chinese edition: the failing test's message reaches them in Chinese, although the
+autograder put back the (shared, English-built) locked test cell.
+"""
+import csv
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.submissions.feedback import VARIANTS
+from zerolab.grading.answers import with_answers
+from zerolab.tools import env_with_interpreter_bin, python_module
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "autograder"))
+import build  # noqa: E402
+
+LESSONS = build.lesson_names()
+CJK = re.compile(r"[\u4e00-\u9fff]")
+pytestmark = pytest.mark.slow
+
+
+def course_with(tmp_path, name, submissions):
+    course = tmp_path / "course"
+    (course / "source" / name).mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text((ROOT / "autograder" / "nbgrader_config.py").read_text())
+    source = ROOT / "autograder" / "source" / name / f"{name}.ipynb"
+    (course / "source" / name / source.name).write_text(source.read_text())
+    for student, nb in submissions.items():
+        folder = course / "submitted" / student / name
+        folder.mkdir(parents=True)
+        nbformat.write(nb, str(folder / f"{name}.ipynb"))
+    return course
+
+
+def grade(course, name):
+    import subprocess
+    done = subprocess.run(python_module("zerolab", "grade", name, "--course", str(course), "--jobs", "2"),
+                          env=env_with_interpreter_bin(), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(course / "grades.csv", newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+def read(path):
+    return nbformat.read(str(path), as_version=4)
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_chinese_and_english_submissions_are_graded_alike(tmp_path, name):
+    submissions = {"en_solved": read(ROOT / "solutions" / f"{name}.ipynb"),
+                   "zh_solved": read(ROOT / "solutions" / "zh" / f"{name}.ipynb"),
+                   "zh_untouched": read(ROOT / "lessons" / "zh" / f"{name}.ipynb")}
+    wrong = None
+    if name in VARIANTS:
+        grade_id, variants = next(iter(VARIANTS[name].items()))
+        wrong = (grade_id, variants["wrong"][0][0])
+        submissions["zh_wrong"] = with_answers(submissions["zh_untouched"], {grade_id: wrong[1]})
+    course = course_with(tmp_path, name, submissions)
+    rows = grade(course, name)
+    top = float(rows["en_solved"]["max_score"])
+    assert top > 0 and float(rows["en_solved"]["score"]) == top, rows["en_solved"]
+    assert float(rows["zh_solved"]["score"]) == top, rows["zh_solved"]
+    assert float(rows["zh_untouched"]["score"]) == 0, rows["zh_untouched"]
+    if wrong:
+        autograded = read(course / "autograded" / "zh_wrong" / name / f"{name}.ipynb")
+        assert autograded.metadata["zerolab"]["language"] == "zh"
+        test = next(c for c in autograded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"test_{wrong[0]}")
+        (error,) = [out for out in test.outputs if out.output_type == "error"]
+        assert error.ename == "AssertionError" and CJK.search(error.evalue), \
+            f"the Chinese edition's feedback is not in Chinese: {error.evalue!r}"
+        english = read(course / "autograded" / "en_solved" / name / f"{name}.ipynb")
+        assert not any(CJK.search(out.get("evalue", "") + out.get("text", "")) for cell in english.cells
+                       for out in cell.get("outputs", [])), "the English edition printed Chinese"
