@@ -212,6 +212,7 @@ def edition_folder(out, folder, language):
 
 
 def build(names, out, execute=True, log=print):
+    out.mkdir(parents=True, exist_ok=True)
     (out / "README.md").write_text(readme_with_lesson_map((ROOT / "README.md").read_text()))
     if (ROOT / "README.zh.md").exists():
         (out / "README.zh.md").write_text(with_lesson_map((ROOT / "README.zh.md").read_text(), README_ZH_MAP, "",
