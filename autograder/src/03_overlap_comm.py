@@ -1,6 +1,9 @@
 # %% [markdown]
 # # Lesson 03: Communication and overlap_comm
 
+# %% [markdown] lang="zh" en="8e6200353d66"
+# # 第 03 课：通信与 overlap_comm
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -13,10 +16,23 @@
 #
 # All numbers come from `zerolab.comm`, which follows the ZeRO paper (section 7) and DeepSpeed 0.19.8's engine.
 
+# %% [markdown] lang="zh" en="682890ee360e"
+# ## 学习目标
+#
+# 学完本课，你将能够：
+#
+# - 计算 DDP 和 ZeRO-1/2/3 每步的通信量，分别考虑使用和不使用梯度累积的情况；
+# - 把通信量换算成环形（ring）集合通信下每张 GPU 发送的字节数，再换算成某条链路上的秒数；
+# - 讲清楚桶（`reduce_bucket_size`、`allgather_bucket_size`、`stage3_prefetch_bucket_size`），并数出调用次数；
+# - 说明 `overlap_comm` 能隐藏什么、隐藏不了什么，以及它要多占多少显存。
+#
+# 所有数字都来自 `zerolab.comm`，它遵循 ZeRO 论文（第 7 节）和 DeepSpeed 0.19.8 引擎的实现。
+
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
 from zerolab import comm, units
+from zerolab.i18n import tr
 from zerolab.units import GB
 
 P13B = units.parse_count("13B")
@@ -35,6 +51,17 @@ P13B = units.parse_count("13B")
 # boundary. ZeRO-2 and ZeRO-3 reduce on **every micro-step** (DeepSpeed's engine: "ZeRO stage >= 2 communicates
 # during non gradient accumulation boundaries as well"), and ZeRO-3 also gathers parameters on every micro-step.
 
+# %% [markdown] lang="zh" en="ee3fe4cc33b1"
+# ## 1. 每步通信量：以参数量 Ψ 为单位
+#
+# 论文统计的是每步搬运的元素个数。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather，各搬运 Ψ。
+#
+# - DDP 对梯度做 all-reduce：2Ψ。
+# - ZeRO-1 和 ZeRO-2 把梯度 reduce-scatter 到各自的持有者（Ψ），再 all-gather 更新后的参数（Ψ）：同样是 2Ψ，用论文的原话说，与基线数据并行“完全相同”（“exactly the same as the baseline DP”）。
+# - ZeRO-3 在前向时 gather 一遍参数，反向时再 gather 一遍，并对梯度做 reduce-scatter：3Ψ。
+#
+# 梯度累积对各个 stage 的影响各不相同。DDP 和 ZeRO-1 只在累积边界处归约梯度。ZeRO-2 和 ZeRO-3 在**每个微步（micro-step）** 都要归约（DeepSpeed 引擎源码中的注释：“ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well”），ZeRO-3 还会在每个微步都 gather 参数。
+
 # %%
 for grad_accum in (1, 4):
     row = [comm.traffic(P13B, stage, 8, grad_accum=grad_accum).volume_in_params for stage in range(4)]
@@ -46,6 +73,11 @@ for grad_accum in (1, 4):
 # Write `volume_in_params(stage, grad_accum)`: the elements moved per optimizer step divided by the parameter
 # count, for ZeRO `stage` (0 = DDP) and `grad_accum` micro-steps per optimizer step. Hidden tests compare it with
 # `comm.traffic(...).volume_in_params`.
+
+# %% [markdown] lang="zh" en="f22b784c6af2"
+# ### 练习 1：以 Ψ 为单位的通信量
+#
+# 编写 `volume_in_params(stage, grad_accum)`：返回每个优化器步搬运的元素数除以参数量，其中 `stage` 是 ZeRO 的 stage（0 表示 DDP），`grad_accum` 是每个优化器步包含的微步数。隐藏测试会把它与 `comm.traffic(...).volume_in_params` 比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_volume_in_params", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def volume_in_params(stage, grad_accum):
@@ -83,18 +115,28 @@ for _stage in (0, 1, 2, 3):
 # reduce-scatter or an all-gather of n elements makes each of the N GPUs send (N-1)/N · n elements. Multiply by the element size (2 bytes in fp16/bf16) for bytes, and
 # divide by the link bandwidth for seconds.
 
+# %% [markdown] lang="zh" en="f37ec0c45eb4"
+# ## 2. 线上字节数与耗时
+#
+# 采用环形集合通信时（NCCL 性能说明中“总线带宽”（bus bandwidth）系数背后的模型），对 n 个元素做一次 reduce-scatter 或 all-gather，N 张 GPU 中的每一张都要发送 (N-1)/N · n 个元素。乘以元素大小（fp16/bf16 为 2 字节）得到字节数，再除以链路带宽得到秒数。
+
 # %%
 for stage in range(4):
     t = comm.traffic(P13B, stage, 8)
-    print(f"stage {stage}: {units.format_bytes(t.wire_bytes)} sent per GPU per step, "
-          f"{comm.transfer_time(t.wire_bytes, 'ib-hdr'):.2f} s at InfiniBand HDR, "
-          f"{comm.transfer_time(t.wire_bytes, 'nvlink3'):.3f} s at NVLink 3")
+    print(tr(f"stage {stage}: {units.format_bytes(t.wire_bytes)} sent per GPU per step, "
+             f"{comm.transfer_time(t.wire_bytes, 'ib-hdr'):.2f} s at InfiniBand HDR, "
+             f"{comm.transfer_time(t.wire_bytes, 'nvlink3'):.3f} s at NVLink 3"))
 
 # %% [markdown]
 # ### Exercise 2: bytes each GPU sends
 #
 # Write `wire_bytes(params, stage, gpus, grad_accum)`: the bytes one GPU sends per optimizer step with ring
 # collectives, fp16 training. Hidden tests compare with `comm.traffic(...).wire_bytes`.
+
+# %% [markdown] lang="zh" en="8093c395785c"
+# ### 练习 2：每张 GPU 发送的字节数
+#
+# 编写 `wire_bytes(params, stage, gpus, grad_accum)`：在 fp16 训练、环形集合通信的条件下，一张 GPU 每个优化器步发送的字节数。隐藏测试会把它与 `comm.traffic(...).wire_bytes` 比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_wire_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def wire_bytes(params, stage, gpus, grad_accum):
@@ -137,12 +179,21 @@ for _params in (125_000_001, 70_000_000_000):
 #
 # It reduces once per bucket, and on every micro-step:
 
+# %% [markdown] lang="zh" en="67ff03093d39"
+# ## 3. 分桶：要调用多少次
+#
+# DeepSpeed 不会一次调用就归约全部梯度。反向传播边算边产生梯度，DeepSpeed 把它们填进一个容量为 `reduce_bucket_size` 个元素的桶，填满就归约，再填下一个。优化器步之后，ZeRO-1/2 对每个参数组调用一次 `all_gather_into_tensor`，收集更新后的参数：只有当 torch 没有这个调用、走旧代码路径时，`allgather_bucket_size` 才起作用（见 DeepSpeed `runtime/utils.py` 中的 `all_gather_dp_groups`）。ZeRO-3 按子模块 gather 参数，并把预取合并成不超过 `stage3_prefetch_bucket_size` 的批次。桶大小的单位是**元素个数**，不是字节。
+#
+# ### 常见说法：“ZeRO-2 每步只做一次 reduce-scatter”
+#
+# 实际上它每个桶归约一次，而且每个微步都要做：
+
 # %%
 for grad_accum in (1, 4):
     t = comm.traffic(P13B, 2, 8, grad_accum=grad_accum, reduce_bucket_size=comm.DEFAULT_BUCKET)
     for c in t.collectives:
-        print(f"grad_accum={grad_accum}: {c.op:14s} ({c.purpose}): {c.buckets} buckets x {c.times} = "
-              f"{c.buckets * c.times} calls per optimizer step")
+        print(tr(f"grad_accum={grad_accum}: {c.op:14s} ({tr(c.purpose)}): {c.buckets} buckets x {c.times} = "
+                 f"{c.buckets * c.times} calls per optimizer step"))
 
 # %% [markdown]
 # zerolab, like the paper, counts each bucket's reduction as a reduce-scatter. DeepSpeed 0.19.8 does not call
@@ -153,13 +204,16 @@ for grad_accum in (1, 4):
 # bucket_allreduce=True)` counts what DeepSpeed's default does (the course's tests check it against the collectives
 # a real two-rank run calls):
 
+# %% [markdown] lang="zh" en="4a01d11e4253"
+# zerolab 和论文一样，把每个桶的归约记作一次 reduce-scatter。DeepSpeed 0.19.8 并不是真的调用 `reduce_scatter`：在默认的 `use_multi_rank_bucket_allreduce: true` 下，它对每个桶做 **all-reduce**（`stage_1_and_2.py` 中的 `average_tensor`）；设为 `false` 时，它把每个切片 `reduce` 到持有该分片的 rank 上。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather（见第 1 节），所以就线上传输而言，DeepSpeed 默认设置下梯度部分的通信量比论文的数字多。两种方式下桶的个数都一样。`comm.traffic(..., bucket_allreduce=True)` 统计的是 DeepSpeed 默认设置的实际做法（课程的测试会拿它与一次真实的两 rank 运行所调用的集合通信核对）：
+
 # %%
 for stage in (1, 2):
     for grad_accum in (1, 4):
         paper_volume = comm.traffic(P13B, stage, 8, grad_accum=grad_accum).volume_in_params
         deepspeed_volume = comm.traffic(P13B, stage, 8, grad_accum=grad_accum, bucket_allreduce=True).volume_in_params
-        print(f"ZeRO-{stage}, grad_accum={grad_accum}: paper {paper_volume:g} Ψ, DeepSpeed 0.19.8 default "
-              f"{deepspeed_volume:g} Ψ per optimizer step")
+        print(tr(f"ZeRO-{stage}, grad_accum={grad_accum}: paper {paper_volume:g} Ψ, DeepSpeed 0.19.8 default "
+                 f"{deepspeed_volume:g} Ψ per optimizer step"))
 
 # %% [markdown]
 # ### A common claim: "ZeRO-3 needs 80 communications per step for a 40-layer model"
@@ -171,11 +225,16 @@ for stage in (1, 2):
 # prefetch buckets, so it is a rough figure, not a bound either way: the prefetch loop adds whole parameters to a
 # fetch (`partitioned_param_coordinator.py`), and one parameter larger than the bucket is still one call:
 
+# %% [markdown] lang="zh" en="e1bb016606a8"
+# ### 常见说法：“40 层的模型，ZeRO-3 每步要通信 80 次”
+#
+# 论文统计的是通信量，不是调用次数：每步 3Ψ。“每层 gather 两次”漏掉了梯度的 reduce-scatter，而且实际调用次数取决于实现：DeepSpeed 按子模块 gather 参数，把预取合并进 `stage3_prefetch_bucket_size` 大小的桶，让小参数常驻显存（`stage3_param_persistence_threshold`），并且在每个微步都把这些重复一遍。zerolab 的计数假设预取桶都是满的，所以它只是一个粗略的数字，既不是上界也不是下界：预取循环以整个参数为单位加入一次获取（`partitioned_param_coordinator.py`），而一个比桶还大的参数也仍然只是一次调用：
+
 # %%
 t3 = comm.traffic(P13B, 3, 8)
-print(f"ZeRO-3, 13B: volume {t3.volume_in_params:g} Ψ (paper's accounting), about {t3.calls} calls per step")
+print(tr(f"ZeRO-3, 13B: volume {t3.volume_in_params:g} Ψ (paper's accounting), about {t3.calls} calls per step"))
 for c in t3.collectives:
-    print(f"  {c.op:14s} {c.purpose:28s} {c.buckets} calls x {c.times}")
+    print(tr(f"  {c.op:14s} {tr(c.purpose):28s} {c.buckets} calls x {c.times}"))
 
 # %% [markdown]
 # ### Exercise 3: gradient reduction calls
@@ -185,6 +244,11 @@ for c in t3.collectives:
 # exactly. Real layers do not: DeepSpeed flushes a bucket when the next parameter would overflow it
 # (`reduce_independent_p_g_buckets_and_remove_grads` in `stage_1_and_2.py`), so this count is a lower bound for a
 # real model. Hidden tests compare with `comm.traffic`.
+
+# %% [markdown] lang="zh" en="acd4333e7de4"
+# ### 练习 3：梯度归约的调用次数
+#
+# 编写 `reduce_calls(params, grad_accum, reduce_bucket_size)`：假设梯度恰好把桶填满，求 ZeRO-2 每个优化器步调用多少次梯度归约，返回 `int`（最后一个没填满的桶也算一次调用）。真实的层做不到恰好填满：当下一个参数放进去会让桶溢出时，DeepSpeed 就先把当前的桶归约掉（`stage_1_and_2.py` 中的 `reduce_independent_p_g_buckets_and_remove_grads`），所以对真实模型而言，这个次数是一个下界。隐藏测试会把它与 `comm.traffic` 比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_reduce_calls", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def reduce_calls(params, grad_accum, reduce_bucket_size):
@@ -225,20 +289,39 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # all-gathers to side streams (`stage3.py`, `zero/parameter_offload.py`). The default is false for stages 1-2 and
 # true for stage 3 (DeepSpeed's docs table still says false).
 
+# %% [markdown] lang="zh" en="6f944f2c332c"
+# ## 4. overlap_comm：它隐藏了什么
+#
+# `overlap_comm: true` 让反向传播还在计算后面的梯度时，就开始归约已经填满的梯度桶，把通信藏在计算后面。它隐藏不了：
+#
+# - 最后一个桶，它要到反向传播结束才填满；
+# - 优化器步之后对更新参数的 all-gather（ZeRO-1/2）：此时已经没有计算可以掩盖它；
+# - 比同时进行的计算还长的那部分通信。
+#
+# 在 ZeRO-1/2 中它要占用显存：多一个 `reduce_bucket_size` 个元素的桶缓冲区，这样一个桶在归约的同时，下一个桶可以继续填充。在 ZeRO-3 中它做的是另一件事：把梯度的 reduce-scatter 和参数的 all-gather 放到单独的 CUDA 流（side stream）上（`stage3.py`、`zero/parameter_offload.py`）。默认值：stage 1-2 为 false，stage 3 为 true（DeepSpeed 文档的表格里仍写着 false）。
+
 # %% [markdown]
 # ### A common claim: "overlap_comm uses 4.5x the bucket sizes, 9GB at the defaults"
 #
 # It comes from the Hugging Face DeepSpeed guide, and from a multiplier that DeepSpeed deleted in 2021 (commit
 # cfa63f5). What ZeRO-1/2 allocates in 0.19.8 for gradient buckets at the default size, in fp16:
 
+# %% [markdown] lang="zh" en="0e3d32909f2c"
+# ### 常见说法：“overlap_comm 占用桶大小的 4.5 倍，默认设置下是 9GB”
+#
+# 这个说法来自 Hugging Face 的 DeepSpeed 指南，依据的是 DeepSpeed 在 2021 年就已删除的一个系数（commit cfa63f5）。下面是 0.19.8 中 ZeRO-1/2 在默认桶大小、fp16 下为梯度桶实际分配的大小：
+
 # %%
 for overlap in (False, True):
-    print(f"overlap_comm={overlap}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', overlap))}"
-          f" of gradient buckets per GPU (reduce_bucket_size = {comm.DEFAULT_BUCKET:.0e} elements)")
+    print(tr(f"overlap_comm={overlap}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', overlap))}"
+             f" of gradient buckets per GPU (reduce_bucket_size = {comm.DEFAULT_BUCKET:.0e} elements)"))
 
 # %% [markdown]
 # The timeline below shows one step without and with overlap; change compute time, GPUs and link to see when it
 # matters. Where widgets cannot render you see the static figure.
+
+# %% [markdown] lang="zh" en="5eb2fe83fc77"
+# 下面的时间线展示了一步训练在不开启和开启重叠时的情况；改变计算时间、GPU 数量和链路，看看它在什么情况下起作用。在无法渲染交互控件（widget）的环境里，你看到的是静态图。
 
 # %%
 from zerolab import widgets
@@ -251,13 +334,18 @@ widgets.overlap_explorer(params="13B", stage=2, world_size=8, compute_s=1.0, lin
 # No DeepSpeed or Hugging Face source gives a number; the gain depends on how much communication there is to hide
 # and how much compute there is to hide it behind. With the same model and network:
 
+# %% [markdown] lang="zh" en="46652c7b51cd"
+# ### 常见说法：“overlap_comm 能提升 10-30% 的吞吐量”
+#
+# DeepSpeed 和 Hugging Face 的资料都没有给出过这样的数字；收益取决于有多少通信需要隐藏，以及有多少计算可以用来掩盖它。模型和网络不变时：
+
 # %%
 t = comm.traffic(P13B, 2, 8)
 for compute_s in (0.25, 1.0, 4.0, 16.0):
     off = comm.step_time(t, compute_s, link="ib-hdr", overlap_comm=False)
     on = comm.step_time(t, compute_s, link="ib-hdr", overlap_comm=True)
-    print(f"compute {compute_s:5.2f} s: step {off.total_s:6.2f} s -> {on.total_s:6.2f} s with overlap_comm "
-          f"({1 - on.total_s / off.total_s:6.1%} shorter)")
+    print(tr(f"compute {compute_s:5.2f} s: step {off.total_s:6.2f} s -> {on.total_s:6.2f} s with overlap_comm "
+             f"({1 - on.total_s / off.total_s:6.1%} shorter)"))
 
 # %% [markdown]
 # ## Summary
@@ -297,3 +385,28 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # A: Enable `overlap_comm`, use larger micro-batches (more compute per step), prefer ZeRO-2 over ZeRO-3 when memory
 # allows, tune bucket sizes, or, if you run ZeRO-3, look at ZeRO++'s quantized and hierarchical collectives (qwZ,
 # hpZ, qgZ apply to ZeRO-3 only: the stage 1/2 optimizer never reads those keys).
+
+# %% [markdown] lang="zh" en="42f93716b0cd"
+# ## 小结
+#
+# - 每步的通信量，按论文的口径，DDP、ZeRO-1 和 ZeRO-2 是 2Ψ 个元素，ZeRO-3 是 3Ψ（DeepSpeed 0.19.8 默认对 ZeRO-1/2 的梯度桶做 all-reduce，搬运得更多）；使用梯度累积时，ZeRO-2 和 ZeRO-3 在每个微步都通信，DDP 和 ZeRO-1 只在累积边界通信。
+# - 采用环形集合通信时，每张 GPU 发送每次集合通信元素数的 (N-1)/N；再除以链路带宽得到秒数。
+# - 集合通信按桶进行：每步调用多次，而不是一次；ZeRO-3 的调用次数取决于实现。
+# - `overlap_comm` 把梯度归约藏在反向计算后面，但藏不住最后一个桶和优化器步之后的通信；在 ZeRO-1/2 中它要多占一个桶缓冲区。它的收益不是一个固定的比例。
+#
+# ## 面试题
+#
+# **问：ZeRO-2 的通信量比 DDP 多吗？**
+# 答：按论文的口径，不使用梯度累积时不多：一次 reduce-scatter 加一次 all-gather，与一次 all-reduce 的通信量相同（论文第 7 节）。使用梯度累积时会多：ZeRO-2 每个微步都归约，DDP 只在累积边界归约。DeepSpeed 0.19.8 默认对每个梯度桶做 all-reduce，所以即使不做梯度累积，它的 ZeRO-2 搬运的数据也比论文的数字多（第 2 节）。
+#
+# **问：为什么 ZeRO-3 的通信量是 DDP 的 1.5 倍（论文的口径）？**
+# 答：参数被切分了，所以前向时要 gather 一遍，反向时还要再 gather 一遍，再加上梯度的 reduce-scatter：一共三遍 Ψ，而不是两遍。
+#
+# **问：ZeRO-2 每步做多少次 reduce-scatter？**
+# 答：每个 `reduce_bucket_size` 大小的梯度桶归约一次，而且每个微步都要做（练习 3），而不是每步一次。另外，在 DeepSpeed 0.19.8 中每次归约默认是对整个桶做 all-reduce（`use_multi_rank_bucket_allreduce`），并不是字面意义上的 reduce-scatter。
+#
+# **问：overlap_comm 的代价是什么？什么时候它帮不上忙？**
+# 答：在 ZeRO-1/2 中，代价是 GPU 上多一个桶缓冲区（在 ZeRO-3 中，它的作用变成把 reduce-scatter 和 gather 放到单独的 CUDA 流上）。当计算远短于通信（没有计算可以用来掩盖）或远长于通信（没有值得隐藏的通信）时，它帮不上忙；而且它永远藏不住最后一个桶，也藏不住优化器步之后的参数 all-gather。
+#
+# **问：在慢速网络上，如何减少暴露在外的通信时间？**
+# 答：开启 `overlap_comm`；用更大的微批次（micro-batch），让每步有更多计算；显存允许时优先选 ZeRO-2 而不是 ZeRO-3；调整桶大小；如果用的是 ZeRO-3，可以考虑 ZeRO++ 的量化和分层集合通信（qwZ、hpZ、qgZ 只作用于 ZeRO-3：stage 1/2 的优化器根本不读取这些配置项）。

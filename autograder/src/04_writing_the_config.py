@@ -5,6 +5,11 @@
 # (`ds_config`). In this lesson you write one, field by field, and let DeepSpeed's own config classes
 # and zerolab tell you what it does.
 
+# %% [markdown] lang="zh" en="38659e8a511c"
+# # 第 04 课：编写配置文件
+#
+# 第 01 到 03 课算出的所有东西，都由一个 JSON 文件来开关：DeepSpeed 的配置文件（`ds_config`）。本课你将逐个字段地写出一份配置，再让 DeepSpeed 自己的配置类和 zerolab 告诉你它做了什么。
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -22,6 +27,20 @@
 # feedback; **hidden tests** run when your notebook is graded: they feed your answer to DeepSpeed's own config
 # classes, check that it is made of plain JSON values, and try more inputs.
 
+# %% [markdown] lang="zh" en="e1c26c623427"
+# ## 学习目标
+#
+# 学完本课，你将能够：
+#
+# - 编写 `build_deepspeed_config()`：ZeRO-2、`overlap_comm`、把优化器卸载（offload）到锁页的 CPU 内存；
+# - 说出这份配置中每个字段的作用，以及省略它时 DeepSpeed 0.19.8 使用的默认值；
+# - 算对批大小（`train_batch_size = micro batch x accumulation steps x data-parallel GPUs`，即微批次大小 × 梯度累积步数 × 数据并行的 GPU 数），并避开向下取整除法的陷阱；
+# - 为一块 GPU 选择 fp16 或 bf16；
+# - 把配置改成带参数卸载的 ZeRO-3 配置；
+# - 用 zerolab 预测这份配置每张 GPU 需要的显存，并纠正流传甚广的数字。
+#
+# 本课共有四个计分练习，每个练习后面都跟着一个测试单元格。可见的 assert 会立即给你反馈；**隐藏测试**在你的 notebook 评分时运行：它们把你的答案交给 DeepSpeed 自己的配置类，检查它是否只由普通的 JSON 值组成，并尝试更多输入。
+
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import json
@@ -36,6 +55,7 @@ from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerC
 
 from zerolab import comm, units
 from zerolab.config import check_config, config_effect
+from zerolab.i18n import tr
 
 # %% [markdown]
 # ## The fields of the skeleton
@@ -66,13 +86,31 @@ from zerolab.config import check_config, config_effect
 #
 # What does DeepSpeed 0.19.8 use when a field is missing? Ask its own config classes:
 
+# %% [markdown] lang="zh" en="9d901ac3eaf8"
+# ## 骨架中的字段
+#
+# 下面这份配置是许多 DeepSpeed 教程共用的骨架。在填写之前，先看看已经给出的每个字段是做什么的。
+#
+# - `optimizer`：AdamW 及其超参数。DeepSpeed 根据这个块自己构建优化器。当优化器被卸载到 CPU 时，`Adam`/`AdamW` 会换成 `DeepSpeedCPUAdam`，这是一个在主机上运行的 C++ 版 Adam（首次使用时才编译）。
+# - `fp16`：带**动态损失缩放**的 16 位训练。`loss_scale: 0` 表示动态缩放。缩放因子的初始值是 2 的 `initial_scale_power` 次方。某一步出现溢出时，这一步会被跳过；累计 `hysteresis` 次溢出后缩放因子减半，但不会低于 `min_loss_scale`（到了下限，DeepSpeed 会报 "Current loss scale already at minimum" 并终止训练）。连续 `loss_scale_window` 步没有溢出后，缩放因子翻倍。
+# - `train_batch_size`、`train_micro_batch_size_per_gpu`、`gradient_accumulation_steps`：全局批大小；单张 GPU 一次前向、反向处理的批大小；以及一次优化器步之前累加多少个这样的微步。DeepSpeed 要求第一个等于后两个与数据并行 GPU 数的乘积。
+# - `zero_optimization.contiguous_gradients`：梯度一产生就复制到一块预先分配好的连续缓冲区里，避免显存碎片化（即论文中的 “M_D”）。
+#
+# 你要添加的三个字段：
+#
+# - `stage`：1 切分优化器状态，2 再切分梯度，3 再切分参数（第 01 课）。
+# - `overlap_comm`：在反向传播继续计算的同时，在单独的 CUDA 流上归约梯度桶（第 03 课）。
+# - `offload_optimizer`：`device: "cpu"` 把 fp32 主权重、梯度和 Adam 的动量放在主机内存中，并在那里执行优化器步；`pin_memory: true` 把这块主机内存锁页，使得与 GPU 之间的拷贝可以异步进行，并跑满 PCIe 带宽（第 02 课）。
+#
+# 字段缺省时，DeepSpeed 0.19.8 用的是什么值？问它自己的配置类：
+
 # %%
 for stage in (1, 2, 3):
     zero = DeepSpeedZeroConfig(stage=stage)
     print(f"stage {stage}: overlap_comm={zero.overlap_comm}  contiguous_gradients={zero.contiguous_gradients}  "
           f"reduce_bucket_size={zero.reduce_bucket_size:.0e}  allgather_bucket_size={zero.allgather_bucket_size:.0e}")
-print("offload_optimizer.pin_memory default:", DeepSpeedZeroOffloadOptimizerConfig().pin_memory)
-print("offload_param.pin_memory default:    ", DeepSpeedZeroOffloadParamConfig().pin_memory)
+print(tr("offload_optimizer.pin_memory default:"), DeepSpeedZeroOffloadOptimizerConfig().pin_memory)
+print(tr("offload_param.pin_memory default:    "), DeepSpeedZeroOffloadParamConfig().pin_memory)
 
 # %% [markdown]
 # Two defaults that many tutorials get wrong:
@@ -86,6 +124,14 @@ print("offload_param.pin_memory default:    ", DeepSpeedZeroOffloadParamConfig()
 #
 # Note also that the bucket sizes count **elements**, not bytes.
 
+# %% [markdown] lang="zh" en="3aa6de5a6041"
+# 有两个默认值，很多教程都写错了：
+#
+# - **`overlap_comm` 的默认值取决于 stage**：stage 0 到 2 默认关闭，stage 3 默认开启（你省略它时，`deepspeed/runtime/zero/config.py` 中的一个校验器会把它设为 `stage == 3`）。文档的表格仍然写着 `false`。用 ZeRO-2 时，你得自己把它打开。
+# - **`pin_memory` 现在默认为 true**（来自 DeepSpeed 2026 年的一次修改，见参考资料）。旧教程说你必须手动打开它；而在 0.19.8 中，在内存很小的主机上（比如免费版 Colab）你反而必须把它*关掉*，因为锁页内存不能被换出。按练习的要求显式写出这个字段，能让配置在所有版本上含义一致。
+#
+# 还要注意，桶大小的单位是**元素个数**，不是字节。
+
 # %% [markdown]
 # ## Exercise 1: `build_deepspeed_config()` (4 points)
 #
@@ -98,6 +144,15 @@ print("offload_param.pin_memory default:    ", DeepSpeedZeroOffloadParamConfig()
 #
 # The visible test asserts what the original tutorial asserted, and that the given fields are unchanged. Hidden tests
 # check the same things through DeepSpeed's own `DeepSpeedConfig` and as plain JSON data.
+
+# %% [markdown] lang="zh" en="194f2ac5b951"
+# ## 练习 1：`build_deepspeed_config()`（4 分）
+#
+# 完成三个 TODO：ZeRO stage 2、打开 `overlap_comm`、把优化器卸载到 CPU 并使用锁页内存。把它们写进 `zero_optimization` 字典（取消注释并填上 `???`），或者在存根代码的位置设置；然后删掉存根中的 `raise`。所有已给出的字段保持不变。
+#
+# *可接受的答案：* 任何写法都行（写在字典里，或者之后再设置），只要值是类型正确的 JSON 值：`int` 类型的 2，`bool` 类型的 `True`（不是字符串 `"true"`），小写的字符串 `"cpu"`。
+#
+# 可见测试检查的正是原教程所断言的内容，以及已给出的字段没有被改动。隐藏测试通过 DeepSpeed 自己的 `DeepSpeedConfig` 以及作为普通 JSON 数据，检查同样的内容。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_build_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def build_deepspeed_config():
@@ -173,7 +228,7 @@ for _key in ("optimizer", "fp16", "train_batch_size", "train_micro_batch_size_pe
     assert _key in config, f"missing key: the given field {_key!r} was removed"
     assert config[_key] == _given[_key], f"the given field {_key!r} was changed: keep it as it is (this config is for one GPU)"
 assert zero.get("contiguous_gradients") is True, "the given zero_optimization.contiguous_gradients was removed or changed"
-print("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload with pinned memory, given fields kept.")
+print(tr("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload with pinned memory, given fields kept."))
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
@@ -209,6 +264,11 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # gradients, optimizer states) in both accountings from lesson 01: the ZeRO paper's (K = 12 bytes of optimizer
 # state per parameter) and DeepSpeed's own estimator, which also counts 4 bytes of partitioned fp32 gradients.
 
+# %% [markdown] lang="zh" en="01cc1c7dbace"
+# ## 这份配置对显存的影响
+#
+# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。
+
 # %%
 from zerolab.checks import learner_value
 from zerolab.config import reference
@@ -218,15 +278,15 @@ GPUS = 8
 config = reference.zero2_offload()  # the course's answer; yours is added below when it runs
 without_offload = copy.deepcopy(config)
 del without_offload["zero_optimization"]["offload_optimizer"]
-rows = [("ZeRO-2", without_offload), ("ZeRO-2 + CPU optimizer offload", config)]
+rows = [("ZeRO-2", without_offload), (tr("ZeRO-2 + CPU optimizer offload"), config)]
 yours = learner_value(build_deepspeed_config)
 if yours is not None and learner_value(config_effect, yours, PARAMS, GPUS) is not None:
-    rows.append(("your build_deepspeed_config()", yours))
+    rows.append((tr("your build_deepspeed_config()"), yours))
 for label, cfg in rows:
     for accounting in ("paper", "deepspeed"):
         e = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS, accounting=accounting).memory
-        print(f"{label:31} {accounting:9}: GPU {units.format_bytes(e.gpu_bytes, 'GB'):>9} "
-              f"({units.format_bytes(e.gpu_bytes, 'GiB')})   host per node {units.format_bytes(e.cpu_bytes, 'GB')}")
+        print(tr(f"{label:31} {accounting:9}: GPU {units.format_bytes(e.gpu_bytes, 'GB'):>9} "
+                 f"({units.format_bytes(e.gpu_bytes, 'GiB')})   host per node {units.format_bytes(e.cpu_bytes, 'GB')}"))
 
 # %% [markdown]
 # > **Common wrong figures.** "ZeRO-2 needs about 36 GB per GPU" (lesson 01 shows why: it partitions too few bytes
@@ -249,16 +309,30 @@ for label, cfg in rows:
 # adds a second so that one bucket can be reduced while the next fills. With the default size (DeepSpeed's
 # `reduce_bucket_size`) and fp16 elements (the size torch reports):
 
+# %% [markdown] lang="zh" en="ed7c49f9d091"
+# > **常见的错误数字。** “ZeRO-2 每张 GPU 大约需要 36 GB”（第 01 课讲过原因：它按参数切分掉的字节数算少了）和 “ZeRO-2 + 卸载大约需要 29 GB”。上表用两种口径给出了这两行。
+#
+# - 优化器卸载之后，留在 GPU 上的只有复制的 fp16 参数。没有任何资料给出过 “29 GB”，而且这个说法漏掉了交换的另一面：最后一列的**主机内存**，卸载时最先耗尽的正是它（进程以退出码 -9 被杀掉；见参考资料中的 DeepSpeed issue）。
+# - 按 DeepSpeed 的口径，主机那一列有没有卸载都一样。那个数字并不是卸载出去的状态：它是所有进程加载模型时的 fp32 峰值（每个 GPU 进程每个参数 4 字节，再乘以缓冲系数；见 `estimate_zero2_model_states_mem_needs`），在这里比卸载出去的状态还大。加载完成后，卸载仍然要占用主机内存：论文口径的那几行给出的就是留在主机上的状态。
+# - 以上全都只是模型状态：激活值、通信桶和 CUDA 上下文还要另算。
+#
+# 注意，DeepSpeed 的估算函数打印的单位是 “GB”，但它除的是 2^30，所以它的 “GB” 其实是 GiB。
+#
+# **桶。** 另一个流行的说法是 `overlap_comm` “占用 4.5 倍的 `reduce_bucket_size`”，默认大小下就是 9 GB。这个系数在 2021 年已从 DeepSpeed 中删除（见参考资料）。在 0.19.8 中，ZeRO-2 为连续梯度保留一个 `reduce_bucket_size` 个元素的归约桶，`overlap_comm` 再加一个，使得一个桶在归约时下一个桶可以继续填充。按默认大小（DeepSpeed 的 `reduce_bucket_size`）和 fp16 元素（大小取自 torch 的报告）计算：
+
 # %%
 bucket_elements = DeepSpeedZeroConfig(stage=2).reduce_bucket_size
 for overlap in (False, True):
     buffers = comm.bucket_buffer_bytes(bucket_elements, "fp16", overlap_comm=overlap)
-    print(f"overlap_comm={overlap!s:5}: {units.format_bytes(buffers, 'GB')} of gradient buckets "
-          f"(reduce_bucket_size = {bucket_elements:.0e} fp16 elements)")
+    print(tr(f"overlap_comm={overlap!s:5}: {units.format_bytes(buffers, 'GB')} of gradient buckets "
+             f"(reduce_bucket_size = {bucket_elements:.0e} fp16 elements)"))
 
 # %% [markdown]
 # One more thing the config doctor of lesson 05 notices: the batch numbers of the skeleton multiply out on **one**
 # GPU. Take the same config to 8 GPUs and DeepSpeed refuses it:
+
+# %% [markdown] lang="zh" en="633d57f8cca7"
+# 第 05 课的配置诊断工具还会发现一件事：骨架中的批大小数字只在**一张** GPU 上乘得对。把同一份配置拿到 8 张 GPU 上，DeepSpeed 就会拒绝它：
 
 # %%
 for finding in check_config(config, world_size=GPUS).errors:
@@ -271,6 +345,11 @@ for finding in check_config(config, world_size=GPUS).errors:
 # where `world_size` is the number of **data-parallel** ranks (GPUs, divided by any sequence- or model-parallel
 # degree). If you give two of the three, DeepSpeed derives the third with **floor division**, and then its own
 # assertion can fail. See it happen with a global batch of 30 and a micro batch of 4 on one GPU:
+
+# %% [markdown] lang="zh" en="562dea9918ee"
+# ## 练习 2：批大小的算术（2 分）
+#
+# DeepSpeed 要求 `train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size`，其中 `world_size` 是**数据并行**的 rank 数（GPU 数除以序列并行或模型并行的并行度）。如果你只给出三者中的两个，DeepSpeed 会用**向下取整除法**推出第三个，随后它自己的断言就可能失败。在一张 GPU 上，用全局批大小 30、微批次（micro-batch）大小 4 来看看这种情况：
 
 # %%
 try:
@@ -285,6 +364,11 @@ except AssertionError as error:
 #
 # *Accepted:* an `int` (a float such as `8.0` is not), or a raised `ValueError` (or a subclass) when the numbers do
 # not divide. Hidden tests compare your function with DeepSpeed's own batch derivation on more inputs.
+
+# %% [markdown] lang="zh" en="4e9a44aa821b"
+# 编写 `gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size)`：返回梯度累积步数（`int`），当无法得到整数步数时，抛出带说明信息的 `ValueError`，而不是悄悄向下取整。
+#
+# *可接受的答案：* 一个 `int`（像 `8.0` 这样的 float 不行），或者在数字除不尽时抛出 `ValueError`（或其子类）。隐藏测试会在更多输入上把你的函数与 DeepSpeed 自己推导批大小的逻辑比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size):
@@ -313,7 +397,7 @@ except ValueError:
     pass
 else:
     raise AssertionError("30 samples cannot be split into micro batches of 4: raise ValueError instead of rounding down")
-print("Visible checks passed.")
+print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import check_config, read_settings
@@ -341,6 +425,11 @@ for tbs, mbs, ws in cases:
 # Older cards such as the T4 that free Colab gives you (Turing, 7.5) or the V100 (7.0) have fast fp16 but no bf16
 # tensor cores, so there you train in fp16 with dynamic loss scaling. Enabling both is an error:
 
+# %% [markdown] lang="zh" en="2e6bab2ae483"
+# ## 练习 3：fp16 还是 bf16？（2 分）
+#
+# bf16 的指数范围与 fp32 相同，所以它不需要损失缩放，在 fp32 不会溢出的地方它也不会溢出。从 Ampere 架构开始（计算能力 8.0：A100、RTX 30xx，以及之后计算能力 9.0 的 H100），它能在 Tensor Core 上高速运行。更早的卡，比如免费版 Colab 提供的 T4（Turing，7.5）或 V100（7.0），fp16 很快，但没有 bf16 Tensor Core，所以在这些卡上要用 fp16 加动态损失缩放来训练。两者同时启用会报错：
+
 # %%
 try:
     DeepSpeedConfig({"train_batch_size": 4, "fp16": {"enabled": True}, "bf16": {"enabled": True}})
@@ -355,6 +444,9 @@ except AssertionError as error:
 # reports fp16 as unsupported below 7.0 (a P100 is 6.0) unless `DS_ALLOW_DEPRECATED_FP16=1` is set, and the engine
 # then refuses an fp16 config: there, enable neither and train in fp32. Hidden tests try more GPUs, ask DeepSpeed's
 # own accelerator rule, and pass your blocks to DeepSpeed.
+
+# %% [markdown] lang="zh" en="5058befa38ca"
+# 编写 `mixed_precision(compute_capability)`：给定一个 `(major, minor)` 元组（即 `torch.cuda.get_device_capability()` 的返回值），返回两个配置块 `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}`：计算能力 8.0 及以上用 bf16，低于 8.0 且 DeepSpeed 接受的情况下用 fp16。DeepSpeed 的 CUDA accelerator（`accelerator/cuda_accelerator.py` 中的 `is_fp16_supported`）在计算能力低于 7.0 时（P100 是 6.0）报告不支持 fp16，除非设置了 `DS_ALLOW_DEPRECATED_FP16=1`，此时引擎会拒绝 fp16 配置：这种情况下两者都不启用，用 fp32 训练。隐藏测试会尝试更多 GPU，询问 DeepSpeed 自己的 accelerator 规则，并把你的配置块交给 DeepSpeed。
 
 # %% nbgrader={"grade": false, "grade_id": "compute_capability", "locked": true, "schema_version": 3, "solution": false, "task": false}
 COMPUTE_CAPABILITY = {"T4": (7, 5), "V100": (7, 0), "A100": (8, 0), "RTX 3090": (8, 6), "H100": (9, 0)}
@@ -387,7 +479,7 @@ assert a100["bf16"]["enabled"] is True and a100["fp16"]["enabled"] is False, "A1
 p100 = mixed_precision((6, 0))
 assert p100["fp16"]["enabled"] is False and p100["bf16"]["enabled"] is False, \
     "P100 (6.0): DeepSpeed's CUDA accelerator refuses fp16 below 7.0 and there are no bf16 tensor cores"
-print("Visible checks passed.")
+print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 import copy
 import os as _os
@@ -420,18 +512,24 @@ for gpu, capability in [("V100", (7, 0)), ("T4", (7, 5)), ("A100", (8, 0)), ("RT
 # %% [markdown]
 # On a machine with a GPU you can ask PyTorch directly:
 
+# %% [markdown] lang="zh" en="986634dc8501"
+# 在有 GPU 的机器上，你可以直接问 PyTorch：
+
 # %%
 if torch.cuda.is_available():
     capability = torch.cuda.get_device_capability()
     print(torch.cuda.get_device_name(), capability, "->", mixed_precision(capability))
 else:
-    print("No GPU here: on a GPU this cell prints its compute capability and your choice.")
+    print(tr("No GPU here: on a GPU this cell prints its compute capability and your choice."))
 
 # %% [markdown]
 # Memory is the same either way: fp16 and bf16 both store 2 bytes per value, so every estimate in this course is the
 # same for both. (One caution, read in the code but not tried on a real card: DeepSpeed's CUDA accelerator asks
 # `torch.cuda.is_bf16_supported()`, which in recent PyTorch also accepts *emulated* bf16, so it can say yes on a
 # pre-Ampere card that then runs bf16 slowly or fails in a kernel. Trust the compute capability.)
+
+# %% [markdown] lang="zh" en="b22ec450e7d7"
+# 两种方式下显存都一样：fp16 和 bf16 每个值都占 2 字节，所以本课程的所有估算对两者都相同。（有一点需要提醒，这是读代码得出的，没有在真卡上试过：DeepSpeed 的 CUDA accelerator 调用的是 `torch.cuda.is_bf16_supported()`，而在较新的 PyTorch 中它也接受*模拟的* bf16，因此在 Ampere 之前的卡上也可能回答“支持”，结果 bf16 跑得很慢，或者在某个 kernel 里出错。请以计算能力为准。）
 
 # %% [markdown]
 # ## Exercise 4: ZeRO-3 with parameter offload (2 points)
@@ -447,6 +545,15 @@ else:
 # *Accepted:* a new `dict` whose `zero_optimization` has `stage` 3 (an `int`) and `offload_optimizer` and
 # `offload_param` blocks with `device` `"cpu"` and `pin_memory` `True`; other fields of those blocks may stay. The
 # visible test also tries a config without a `zero_optimization` block.
+
+# %% [markdown] lang="zh" en="79673ab44578"
+# ## 练习 4：带参数卸载的 ZeRO-3（2 分）
+#
+# 当连 fp16 参数都放不下时，ZeRO-3 把参数也切分，而 `offload_param` 把参数分片移到主机内存。`offload_param` 只在 stage 3 下生效：在 stage 2 下 DeepSpeed 会一声不吭地接受它，然后忽略它（stage 1/2 的优化器根本拿不到它；第 05 课会查出这个问题）。
+#
+# 编写 `zero3_offload(config)`：返回一份**新的**配置（不要改动传入的参数），其中 `stage` 为 3，优化器和参数都卸载到 CPU 并使用锁页内存；其余内容保持原样。隐藏测试会把你的结果交给 DeepSpeed，尝试其他配置，并检查输入没有被改动。
+#
+# *可接受的答案：* 一个新的 `dict`，其 `zero_optimization` 中 `stage` 为 3（`int`），并且有 `offload_optimizer` 和 `offload_param` 两个块，其中 `device` 为 `"cpu"`、`pin_memory` 为 `True`；这两个块中的其他字段可以保留。可见测试还会尝试一个没有 `zero_optimization` 块的配置。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_zero3_offload", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def zero3_offload(config):
@@ -486,7 +593,7 @@ for _given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}):
     assert {k: v for k, v in result.items() if k != "zero_optimization"} == \
         {k: v for k, v in _given.items() if k != "zero_optimization"}, f"{_name} changed fields outside zero_optimization"
 assert base["zero_optimization"] == {"stage": 2, "overlap_comm": True}, "the input config was changed: work on a copy (copy.deepcopy)"
-print("Visible checks passed.")
+print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
@@ -519,15 +626,18 @@ for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, seed_con
 # What did that buy? Both of your configs for the same 13B model on 8 GPUs, in DeepSpeed's accounting (the ZeRO-3
 # figure includes the largest layer, gathered in full while it computes):
 
+# %% [markdown] lang="zh" en="c1b9a8104dac"
+# 这样换来了什么？同一个 13B 模型、8 张 GPU，你写的两份配置，按 DeepSpeed 的口径（ZeRO-3 的数字包含最大的那一层，它在计算时会被完整地 gather 到 GPU 上）：
+
 # %%
-rows = [("exercise 1: ZeRO-2, optimizer on CPU", reference.zero2_offload()),
-        ("exercise 4: ZeRO-3, optimizer and parameters on CPU", reference.zero3_offload(reference.zero2_offload()))]
+rows = [(tr("exercise 1: ZeRO-2, optimizer on CPU"), reference.zero2_offload()),
+        (tr("exercise 4: ZeRO-3, optimizer and parameters on CPU"), reference.zero3_offload(reference.zero2_offload()))]
 yours = learner_value(zero3_offload, reference.zero2_offload())
 if yours is not None and learner_value(config_effect, yours, PARAMS, GPUS) is not None:
-    rows.append(("your zero3_offload(...)", yours))
+    rows.append((tr("your zero3_offload(...)"), yours))
 for label, cfg in rows:
     e = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS, accounting="deepspeed").memory
-    print(f"{label:52}: GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}")
+    print(tr(f"{label:52}: GPU {units.format_bytes(e.gpu_bytes, 'GiB'):>10}   host per node {units.format_bytes(e.cpu_bytes, 'GiB'):>10}"))
 
 # %% [markdown]
 # The GPU side shrinks to little more than one gathered layer; the host side carries everything else. The price is
@@ -537,16 +647,22 @@ for label, cfg in rows:
 # accumulation steps on 8 GPUs (`train_batch_size` is dropped so that DeepSpeed derives it for 8
 # GPUs; the value in the config only fits one, as the doctor showed above):
 
+# %% [markdown] lang="zh" en="134f30d1d6f4"
+# GPU 这一侧缩小到只比一个 gather 完整的层多一点；其余的都压到了主机那一侧。代价是 PCIe 流量：使用参数卸载时，每张 GPU 在每个微步都要从主机取回自己的参数分片，前向取一次，反向再取一次（ZeRO-3 gather 两次，见第 03 课）。以下是每张 GPU 每个优化器步的流量，按 DeepSpeed 0.19.8 的口径（梯度以 fp32 传回主机；第 02 课和第 06 课会实测），使用配置中的梯度累积步数、8 张 GPU（去掉了 `train_batch_size`，让 DeepSpeed 按 8 张 GPU 推导它；配置里的值只适用于一张 GPU，正如上面的诊断工具所示）：
+
 # %%
-for label, cfg in (("exercise 1", build_deepspeed_config()), ("exercise 4", zero3_offload(build_deepspeed_config()))):
+for label, cfg in ((tr("exercise 1"), build_deepspeed_config()), (tr("exercise 4"), zero3_offload(build_deepspeed_config()))):
     cfg = copy.deepcopy(cfg)
     cfg.pop("train_batch_size")  # let DeepSpeed derive it for 8 GPUs
     t = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS).traffic
-    print(f"{label}: host -> GPU {units.format_bytes(t.host_to_device_bytes, 'GB'):>9}, "
-          f"GPU -> host {units.format_bytes(t.device_to_host_bytes, 'GB'):>9} per GPU per optimizer step")
+    print(tr(f"{label}: host -> GPU {units.format_bytes(t.host_to_device_bytes, 'GB'):>9}, "
+             f"GPU -> host {units.format_bytes(t.device_to_host_bytes, 'GB'):>9} per GPU per optimizer step"))
 
 # %% [markdown]
 # So parameter offload is the last resort, not the first.
+
+# %% [markdown] lang="zh" en="7e9a86e056b3"
+# 所以参数卸载是最后的手段，而不是首选。
 
 # %% [markdown]
 # ## Summary
@@ -587,6 +703,33 @@ for label, cfg in (("exercise 1", build_deepspeed_config()), ("exercise 4", zero
 # It removes the optimizer state from the GPU, but the fp16 parameters stay whole on every GPU, activations stay, and
 # the host must hold the fp32 state of every GPU of the node; that host RAM runs out first.
 
+# %% [markdown] lang="zh" en="63d4c32a2ae0"
+# ## 小结
+#
+# - 经典练习的三个答案：`"stage": 2`、`"overlap_comm": true`、`"offload_optimizer": {"device": "cpu", "pin_memory": true}`。
+# - DeepSpeed 0.19.8 的默认值：`overlap_comm` 在 stage 0-2 关闭、stage 3 开启；`pin_memory` 开启；`contiguous_gradients` 开启；桶大小以元素个数计。
+# - `train_batch_size = micro batch x accumulation steps x data-parallel ranks`（微批次大小 × 梯度累积步数 × 数据并行 rank 数），由 DeepSpeed 检查；推导出的值是向下取整的，所以要选能整除的数字。
+# - Ampere 之前（T4、V100）用 fp16 加动态损失缩放，从 Ampere 起用 bf16；绝不能两个都开。
+# - `offload_param` 需要 stage 3；在 stage 2 下它会被悄悄忽略。
+# - 配置占多少显存要靠 zerolab 算，而不是凭记忆：“36 GB” 和 “29 GB” 这两个数字都是错的，而且卸载只是把问题挪到了主机内存上。
+#
+# ## 面试题
+#
+# **`stage`、`overlap_comm` 和 `offload_optimizer` 分别做什么？**
+# `stage` 决定在数据并行的 rank 之间切分什么（1：优化器状态，2：再加梯度，3：再加参数）。`overlap_comm` 在反向传播继续进行的同时，在单独的 CUDA 流上归约梯度桶，代价是多一个桶缓冲区。`offload_optimizer` 把 fp32 优化器状态放在主机内存中（ZeRO-3 下也可以放到 NVMe），并在 CPU 上执行 Adam。
+#
+# **`overlap_comm` 默认开启吗？**
+# 只有 stage 3 默认开启。对 stage 1 和 2，DeepSpeed 0.19.8 默认关闭，不管文档表格怎么写。
+#
+# **为什么要用 `pin_memory`？什么时候应该关掉它？**
+# 锁页的主机内存让 GPU 可以通过 DMA 异步拷贝，并跑满 PCIe 带宽。它不能被换出，所以在内存很小的主机上会导致进程因内存不足被杀掉；0.19.8 默认开启它，所以在这种主机上你要把它设为 false。
+#
+# **一份配置给出了 `train_batch_size` 和微批次大小，而前者不是后者乘以 GPU 数的整数倍，会发生什么？**
+# DeepSpeed 用向下取整除法推导梯度累积步数，然后它自己的检查就会失败（即练习 2 中打印的那条信息）。应选择一个是“微批次大小 × 数据并行 rank 数” 整数倍的全局批大小。
+#
+# **为什么 ZeRO-2 + 卸载不能解决所有的显存不足？**
+# 它把优化器状态移出了 GPU，但 fp16 参数仍然在每张 GPU 上完整保留一份，激活值也还在；而且主机要为节点上的每张 GPU 保存 fp32 状态，最先耗尽的是主机内存。
+
 # %% [markdown]
 # ## References
 #
@@ -599,3 +742,12 @@ for label, cfg in (("exercise 1", build_deepspeed_config()), ("exercise 4", zero
 # - DeepSpeed commit cfa63f5 ("ZeRO stage 1 refresh", #1042, 2021): removed the 4.5x bucket multiplier.
 # - DeepSpeed issues #4239 and #4571 (offload processes killed with -9: host out of memory) and #5290 (host RAM grows
 #   with the GPUs per node).
+
+# %% [markdown] lang="zh" en="f1c7176e7289"
+# ## 参考资料
+#
+# - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20, arXiv:1910.02054（第 3.1 节：2 + 2 + K 字节；第 5 节和图 1：每张 GPU 的数字；第 7 节：通信量）。
+# - DeepSpeed 0.19.8 源码：`deepspeed/runtime/zero/config.py`（随 stage 变化的 `overlap_comm`）、`deepspeed/runtime/zero/offload_config.py`（`pin_memory`）、`deepspeed/runtime/config.py`（批大小的算术）。
+# - DeepSpeed PR #8207：`pin_memory` 默认改为 true。
+# - DeepSpeed commit cfa63f5（"ZeRO stage 1 refresh"，#1042，2021）：删除了 4.5 倍的桶系数。
+# - DeepSpeed issue #4239 和 #4571（卸载时进程被 -9 杀掉：主机内存不足）以及 #5290（主机内存随每节点 GPU 数增长）。
