@@ -5,6 +5,12 @@
 # popular answers are wrong; the explanations say which and
 # why, with the correct figure computed by zerolab.
 
+# %% [markdown] lang="zh" en="095a52548e8b"
+# # 第 07 课：面试演练
+#
+# 面试官常问的 ZeRO 与 DeepSpeed 问题，每题自动判分，随后给出解析。网上流传的不少“标准答案”其实是错的；
+# 解析会指出错在哪里、为什么错，并给出用 zerolab 算出的正确数字。
+
 # %% [markdown]
 # ## How the drill works
 #
@@ -23,6 +29,22 @@
 #   number of data-parallel GPUs.
 #
 # Work it out on paper; you may also use `zerolab` (lessons 01 to 03), as in an interview you would use a whiteboard.
+
+# %% [markdown] lang="zh" en="fdd446ad5fd7"
+# ## 演练怎么做
+#
+# - 每道题对应一个变量（`Q01`、`Q02`……）。把答案单元格里的占位代码换成一行答案，例如 `Q01 = 16`。
+#   数值题填普通的 `int` 或 `float`，单位按题目要求；选择题填一个字母，例如 `"B"`；有几道题的答案是一个小字典。
+# - 运行答案下面的测试单元格：它会告诉你答对了没有；没答对时，会提示你该重新想哪一点。**隐藏测试**在评分时运行：
+#   它们把你的答案当作纯数据（经过一次 JSON 往返）再检查一遍，所以一个只是“假装相等”的对象拿不到分。
+# - 每道题的测试后面是折叠起来的解析：等测试单元格输出“正确。”之后再展开。
+# - *判分规则：* 数值可以是 `int` 或 `float`，与参考答案相差 1 % 以内即可（题目注明 2 % 的按 2 %；
+#   Q01 和 Q07 要求精确）。题目要求 `int` 的（计数题：Q08、Q09、Q15、Q16），写成 `16.0` 这样的浮点数算类型错误。
+#   字母以及 `"fp16"`/`"bf16"` 不区分大小写，有无空格均可；字典的键必须与题目中写的完全一致。
+# - 除非题目注明是 GiB（2^30 字节），“GB” 一律指 10^9 字节；并且只统计模型状态（参数、梯度、优化器状态），
+#   与 ZeRO 论文一致。Ψ（Psi）表示参数量，Nd 表示数据并行的 GPU 数。
+#
+# 先在纸上推一推；也可以用 `zerolab`（第 01 到 03 课），就像面试时可以在白板上演算一样。
 
 # %% nbgrader={"grade": false, "grade_id": "drill_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from zerolab import comm, memory, units
@@ -43,6 +65,12 @@ def close(answer, expected, rel=0.01):
 #
 # Training with mixed-precision Adam (fp16 parameters and gradients, the ZeRO paper's setting) and plain data
 # parallelism: how many bytes of model state does each parameter cost on every GPU? Set `Q01` to an int.
+
+# %% [markdown] lang="zh" en="fdbbd90c9bf1"
+# ## Q01：每个参数占多少字节（1 分）
+#
+# 用混合精度 Adam 训练（fp16 参数和梯度，即 ZeRO 论文的设定），采用普通数据并行：
+# 每个参数在每张 GPU 上要占多少字节的模型状态？把 `Q01` 设为一个 int。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_bytes_per_param", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -72,6 +100,14 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="4450832055fb"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** fp16 参数 2 字节，fp16 梯度 2 字节，再加 K = 12 字节的优化器状态：
+# 也就是论文里的 “2Ψ + 2Ψ + KΨ = 16Ψ”（第 3.1 节）。zerolab 给出的每参数明细：
+#
+# </details>
+
 # %%
 e = memory.estimate(PSI, 0)
 print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, "total", e.gpu_bytes / PSI)
@@ -87,6 +123,18 @@ print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, "tota
 # - D: fp32 momentum + fp32 variance, 6 bytes each
 #
 # Set `Q02` to a letter.
+
+# %% [markdown] lang="zh" en="42cb0bee25d4"
+# ## Q02：K = 12 是怎么来的（1 分）
+#
+# 对混合精度 Adam，论文中的优化器状态系数 K 是每个参数 12 字节。这 12 字节都是什么？
+#
+# - A：fp16 参数 + fp16 梯度 + fp32 动量
+# - B：fp32 主权重 + fp32 动量 + fp32 方差
+# - C：fp32 梯度 + fp32 动量 + fp32 方差
+# - D：fp32 动量 + fp32 方差，各 6 字节
+#
+# 把 `Q02` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_k12", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -115,6 +163,15 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="5bcf9721b924"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案：B。** K 除了 Adam 的动量（momentum）和方差（variance）（4 + 4），还包括 fp32 **主权重**（4 字节）。
+# 之所以要保留这份 fp32 副本，是因为 fp16 表示不了对权重的微小更新。常见的错误是只算两个动量，
+# 那样总数就凑不出 16 字节。（DeepSpeed 的估算函数还会再多算 4 字节：切分后的 fp32 梯度；见 Q05。）
+#
+# </details>
+
 # %%
 parts = memory.estimate(PSI, 0).breakdown["gpu"]
 print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, "bytes per parameter:",
@@ -125,6 +182,11 @@ print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, "bytes
 #
 # How many GB do Adam's momentum and variance (both fp32) take for a 13B-parameter model? Set `Q03` to a number of GB
 # (10^9 bytes).
+
+# %% [markdown] lang="zh" en="11d16bf8d8e2"
+# ## Q03：13B 模型的 Adam 状态（2 分）
+#
+# 一个 13B 参数的模型，Adam 的动量和方差（都是 fp32）一共占多少 GB？把 `Q03` 设为 GB 数（10^9 字节）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_adam_13b", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -156,6 +218,15 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="ec78d601e1b8"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 两个各含 Ψ 个值的 fp32 张量：每个参数 8 字节。**常见说法**是“13B 模型的 Adam 状态占 52 GB”：
+# 那是每个参数 4 字节，只算了一个 fp32 张量。再加上 fp32 主权重（论文的 K = 12），整个优化器状态还要更大；
+# 再加上 fp16 参数和梯度，就是完整的 16Ψ：
+#
+# </details>
+
 # %%
 parts = memory.estimate(P13, 0).breakdown["gpu"]
 print("Adam momentum + variance:", units.format_bytes(parts["optimizer_states"], "GB"))
@@ -168,6 +239,13 @@ print("all model states (16 bytes per parameter):", units.format_bytes(sum(parts
 # The ZeRO paper's running example: Ψ = 7.5B parameters on Nd = 64 GPUs, mixed-precision Adam. How many GB of model
 # state does each GPU hold with ZeRO-1 (P_os), ZeRO-2 (P_os+g) and ZeRO-3 (P_os+g+p)? Set `Q04` to a dict
 # `{"zero1": ..., "zero2": ..., "zero3": ...}` of GB (answers within 2 % count).
+
+# %% [markdown] lang="zh" en="bbfa78d19b59"
+# ## Q04：论文里的例子，每张 GPU（2 分）
+#
+# ZeRO 论文贯穿全文的例子：Ψ = 7.5B 参数，Nd = 64 张 GPU，混合精度 Adam。在 ZeRO-1（P_os）、ZeRO-2（P_os+g）
+# 和 ZeRO-3（P_os+g+p）下，
+# 每张 GPU 各持有多少 GB 的模型状态？把 `Q04` 设为以 GB 为单位的字典 `{"zero1": ..., "zero2": ..., "zero3": ...}`（误差在 2 % 以内算对）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_paper_example", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -202,6 +280,15 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="a6c31b4c7ade"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** ZeRO-1 把 K = 12 字节的优化器状态除以 Nd，ZeRO-2 再把 2 字节的梯度也除以 Nd，
+# ZeRO-3 再把 2 字节的参数也除以 Nd。论文在第 5 节和图 1 中给出了这些数字（ZeRO-3 四舍五入为 1.9 GB）；
+# zerolab 复现如下：
+#
+# </details>
+
 # %%
 for stage in (0, 1, 2, 3):
     print(f"ZeRO-{stage} on 64 GPUs:", units.format_bytes(memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes, "GB"))
@@ -211,6 +298,12 @@ for stage in (0, 1, 2, 3):
 #
 # A 13B model, ZeRO-2, 8 GPUs, mixed-precision Adam, no offload. Per-GPU model states in GB by the paper's accounting?
 # Set `Q05` to a number.
+
+# %% [markdown] lang="zh" en="1a1cb8765dec"
+# ## Q05：13B 模型在 8 卡上跑 ZeRO-2（2 分）
+#
+# 13B 模型，ZeRO-2，8 张 GPU，混合精度 Adam，不卸载（offload）。按论文的口径，
+# 每张 GPU 上的模型状态是多少 GB？把 `Q05` 设为一个数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_zero2_13b", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -244,6 +337,16 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="f30769596973"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 论文的 P_os+g：每张 GPU 上都有 2Ψ 的 fp16 参数，再加 (2 + K)Ψ / Nd。
+# **常见说法**是 “26 GB + 78 GB / 8 ≈ 36 GB”：其中 78 GB 的切分状态折合到每个参数，
+# 远少于论文切分的字节数（见下面的输出），所以它对不上任何一种口径。DeepSpeed 自己的估算函数给出的数比论文大，
+# 因为它还算上了每个参数 4 字节的切分 fp32 梯度，而且它打印的是 GiB，标签却写着 “GB”：
+#
+# </details>
+
 # %%
 ddp_parts = memory.estimate(P13, 0).breakdown["gpu"]
 print("partitioned bytes per parameter: claim", 78 * units.GB / P13,
@@ -257,6 +360,11 @@ for accounting in ("paper", "deepspeed"):
 #
 # With Nd = 8, what fraction of plain data parallelism's per-GPU model-state memory does ZeRO-1 keep? Set `Q06` to a
 # number between 0 and 1.
+
+# %% [markdown] lang="zh" en="d2fbeae5e0b4"
+# ## Q06：ZeRO-1 剩下多少（1 分）
+#
+# Nd = 8 时，ZeRO-1 每张 GPU 的模型状态显存是普通数据并行的几分之几？把 `Q06` 设为 0 到 1 之间的数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_zero1_fraction", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -288,6 +396,14 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="491407d01b4b"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** (4 + 12/8) / 16。**常见说法**称 ZeRO-1、-2、-3 分别“占 75 %、40 %、15 % 的显存”；
+# 可 75 % 是 Nd 很大时 ZeRO-1 *省下* 的比例，不是它剩下的比例，而且这类比例都取决于 Nd：
+#
+# </details>
+
 # %%
 for nd in (8, 64, 1024):
     ddp = memory.estimate(PSI, 0, gpus_per_node=nd).gpu_bytes
@@ -299,6 +415,12 @@ for nd in (8, 64, 1024):
 #
 # Per training step (no gradient accumulation), how much data does each GPU move, as a multiple of Ψ, in the paper's
 # accounting? Set `Q07` to `{"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}`.
+
+# %% [markdown] lang="zh" en="a7c7f0481107"
+# ## Q07：通信量（2 分）
+#
+# 每个训练步（不做梯度累积），按论文的口径，
+# 每张 GPU 传输的数据量是 Ψ 的几倍？把 `Q07` 设为 `{"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex7_comm_volume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -336,6 +458,19 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="d382e006fe65"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** DDP 的 all-reduce 等于一次 reduce-scatter（Ψ）加一次 all-gather（Ψ）。
+# ZeRO-1 和 ZeRO-2 做的恰好也是这两个操作，只是用途不同：先把梯度 reduce-scatter 到负责它的 rank，
+# 再把更新后的参数 all-gather 回来。ZeRO-3 前向时要收集一次参数，反向时**还要**再收集一次，
+# 再加上梯度的 reduce-scatter：是 DDP 的 1.5 倍（论文第 7 节）。
+# **常见说法**“40 层的模型用 ZeRO-3 每步要通信 80 次”数的是调用次数而不是通信量，漏掉了 reduce-scatter，
+# 也忽略了 DeepSpeed 是按子模块收集参数、把预取合并进桶里、并让小参数常驻的；调用次数取决于实现，
+# 通信量则不取决于实现。
+#
+# </details>
+
 # %%
 for stage in range(4):
     t = comm.traffic(P13, stage, 8)
@@ -346,6 +481,12 @@ for stage in range(4):
 #
 # With `gradient_accumulation_steps` = 4, how many times per optimizer step does each GPU reduce the full set of
 # gradients, under ZeRO-1 and under ZeRO-2? Set `Q08` to `{"zero1": ..., "zero2": ...}`.
+
+# %% [markdown] lang="zh" en="1a1eaa7c947f"
+# ## Q08：梯度累积（1 分）
+#
+# `gradient_accumulation_steps` = 4 时，在 ZeRO-1 和 ZeRO-2 下，每个优化器步（optimizer step）
+# 里每张 GPU 要对全部梯度做几次归约？把 `Q08` 设为 `{"zero1": ..., "zero2": ...}`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex8_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -389,6 +530,21 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="c93207b0d6eb"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** ZeRO-1 在每张 GPU 上都保留完整的梯度，所以可以先在本地把各个微步的梯度累加起来，
+# 到累积边界再归约一次。ZeRO-2 只保留自己那份梯度分片，
+# 所以**每个**微步都必须 reduce-scatter（DeepSpeed engine 里的原话：
+# “ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well”）。
+# **常见说法**“ZeRO-2 每步做一次 reduce-scatter”错了两处：它每个微步都做，而且是分桶做的（见下一题）。
+# 在 DeepSpeed 0.19.8 里它甚至不是字面意义上的 reduce-scatter：
+# 默认情况下（`use_multi_rank_bucket_allreduce: true`）每个桶做的是 all-reduce，
+# 见 `stage_1_and_2.py` 的 `average_tensor`；论文和 zerolab 统计的是 reduce-scatter 的通信量。
+# 每个优化器步的通信量随累积步数增长：
+#
+# </details>
+
 # %%
 for stage in (1, 2, 3):
     print(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Ψ per optimizer step")
@@ -399,6 +555,12 @@ for stage in (1, 2, 3):
 # ZeRO-2 reduces gradients in buckets of `reduce_bucket_size` elements (default 5e8) as the backward pass produces
 # them. How many buckets does one backward pass of a 13B model fill, at least (if gradients packed the buckets
 # exactly)? Set `Q09` to an int.
+
+# %% [markdown] lang="zh" en="a2b03a2d3f1f"
+# ## Q09：分桶（1 分）
+#
+# ZeRO-2 在反向传播产生梯度的同时，按每桶 `reduce_bucket_size` 个元素（默认 5e8）分桶归约梯度。
+# 13B 模型的一次反向传播至少要填满多少个桶（假设梯度恰好把桶装满）？把 `Q09` 设为一个 int。
 
 # %% nbgrader={"grade": false, "grade_id": "ex9_buckets", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -432,6 +594,16 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="8e0f0d213d31"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 13e9 个梯度元素，每桶 5e8 个元素，这是下限：当下一个参数会让桶溢出时，
+# DeepSpeed 就把当前桶刷出去（`stage_1_and_2.py`），所以真实的层大小会让一些桶装不满，桶数也就多出几个。
+# 桶大小按元素个数计，不是字节数；开启 `overlap_comm` 时，每装满一个桶就开始归约，反向传播同时继续填下一个桶。
+# 桶越小，调用次数越多、每次的数据越少，缓冲区占用的显存也越少：
+#
+# </details>
+
 # %%
 for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
     t = comm.traffic(P13, 2, 8, reduce_bucket_size=bucket)
@@ -448,6 +620,18 @@ for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
 # - D: on by default for stages 1 and 2 and off for stage 3; it makes communication faster
 #
 # Set `Q10` to a letter.
+
+# %% [markdown] lang="zh" en="ea393699982f"
+# ## Q10：`overlap_comm`（1 分）
+#
+# 关于 DeepSpeed 0.19.8 中的 `zero_optimization.overlap_comm`，下面哪一项正确？
+#
+# - A：所有 stage 默认开启；会额外占用 4.5 倍 `reduce_bucket_size` 的显存
+# - B：stage 0 到 2 默认关闭，stage 3 默认开启；在 stage 1-2 中的代价是多一个桶缓冲区
+# - C：所有 stage 默认关闭；没有任何代价
+# - D：stage 1 和 2 默认开启，stage 3 默认关闭；它能让通信本身变快
+#
+# 把 `Q10` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex10_overlap_comm", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -477,6 +661,19 @@ print("Right.")
 # the reduce-scatter and the parameter all-gathers to side streams instead. **A common claim** puts it at
 # "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (lesson 04).
 # What 0.19.8 allocates for gradient buckets at the default size, in fp16:
+#
+# </details>
+
+# %% [markdown] lang="zh" en="bfa13939fb97"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案：B。** `deepspeed/runtime/zero/config.py` 里有一个校验器：不写这个键时，
+# 它会设置 `overlap_comm = (stage == 3)`（文档里的表格仍写着 `false`）。通信与计算重叠并不会让通信变快：
+# 它在一条单独的 stream 上归约一个桶，同时反向传播去填下一个桶，能藏住多少通信，取决于有多少计算可以拿来掩盖。
+# 在 ZeRO-1/2 中，代价是第二个 `reduce_bucket_size` 个元素的归约缓冲区；在 ZeRO-3 中，
+# 它则是把 reduce-scatter 和参数的 all-gather 放到单独的 stream 上。**常见说法**称它要占“4.5 倍桶大小，
+# 默认配置下 9GB”：这来自 2020 年的一个系数，2021 年就删掉了（第 04 课）。0.19.8 在默认桶大小、
+# fp16 下为梯度桶分配的显存：
 #
 # </details>
 
