@@ -167,7 +167,7 @@ print(tr("Right."))
 # %% [markdown] lang="zh" en="5bcf9721b924"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案：B。** K 除了 Adam 的动量（momentum）和方差（variance）（4 + 4），还包括 fp32 **主权重**（4 字节）。
+# **答案：B。** K 除了 Adam 的动量（momentum）和方差（variance）各 4 字节，还包括 4 字节的 fp32 **主权重**。
 # 之所以要保留这份 fp32 副本，是因为 fp16 表示不了对权重的微小更新。常见的错误是只算两个动量，
 # 那样总数就凑不出 16 字节。（DeepSpeed 的估算函数还会再多算 4 字节：切分后的 fp32 梯度；见 Q05。）
 #
