@@ -5,6 +5,12 @@
 # popular answers are wrong; the explanations say which and
 # why, with the correct figure computed by zerolab.
 
+# %% [markdown] lang="zh" en="095a52548e8b"
+# # 第 07 课：面试演练
+#
+# 面试官常问的 ZeRO 与 DeepSpeed 问题，每题自动判分，随后给出解析。网上流传的不少“标准答案”其实是错的；
+# 解析会指出错在哪里、为什么错，并给出用 zerolab 算出的正确数字。
+
 # %% [markdown]
 # ## How the drill works
 #
@@ -24,9 +30,26 @@
 #
 # Work it out on paper; you may also use `zerolab` (lessons 01 to 03), as in an interview you would use a whiteboard.
 
+# %% [markdown] lang="zh" en="fdd446ad5fd7"
+# ## 演练怎么做
+#
+# - 每道题对应一个变量（`Q01`、`Q02`……）。把答案单元格里的占位代码换成一行答案，例如 `Q01 = 16`。
+#   数值题填普通的 `int` 或 `float`，单位按题目要求；选择题填一个字母，例如 `"B"`；有几道题的答案是一个小字典。
+# - 运行答案下面的测试单元格：它会告诉你答对了没有；没答对时，会提示你该重新想哪一点。**隐藏测试**在评分时运行：
+#   它们把你的答案当作纯数据（经过一次 JSON 往返）再检查一遍，所以一个只是“假装相等”的对象拿不到分。
+# - 每道题的测试后面是折叠起来的解析：等测试单元格输出“正确。”之后再展开。
+# - *判分规则：* 数值可以是 `int` 或 `float`，与参考答案相差 1 % 以内即可（题目注明 2 % 的按 2 %；
+#   Q01 和 Q07 要求精确）。题目要求 `int` 的（计数题：Q08、Q09、Q15、Q16），写成 `16.0` 这样的浮点数算类型错误。
+#   字母以及 `"fp16"`/`"bf16"` 不区分大小写，有无空格均可；字典的键必须与题目中写的完全一致。
+# - 除非题目注明是 GiB（2^30 字节），“GB” 一律指 10^9 字节；并且只统计模型状态（参数、梯度、优化器状态），
+#   与 ZeRO 论文一致。Ψ（Psi）表示参数量，Nd 表示数据并行的 GPU 数。
+#
+# 先在纸上推一推；也可以用 `zerolab`（第 01 到 03 课），就像面试时可以在白板上演算一样。
+
 # %% nbgrader={"grade": false, "grade_id": "drill_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from zerolab import comm, memory, units
 from zerolab.checks import plain
+from zerolab.i18n import tr
 
 
 PSI = units.parse_count("1B")
@@ -43,6 +66,12 @@ def close(answer, expected, rel=0.01):
 #
 # Training with mixed-precision Adam (fp16 parameters and gradients, the ZeRO paper's setting) and plain data
 # parallelism: how many bytes of model state does each parameter cost on every GPU? Set `Q01` to an int.
+
+# %% [markdown] lang="zh" en="fdbbd90c9bf1"
+# ## Q01：每个参数占多少字节（1 分）
+#
+# 用混合精度 Adam 训练（fp16 参数和梯度，即 ZeRO 论文的设定），采用普通数据并行：
+# 每个参数在每张 GPU 上要占多少字节的模型状态？把 `Q01` 设为一个 int。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_bytes_per_param", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -62,7 +91,7 @@ from zerolab.checks import close_to, plain
 
 close_to(plain(Q01, "Q01"), memory.estimate(3 * 10**9, 0, gpus_per_node=4).gpu_bytes / (3 * 10**9), "Q01", 1e-9, "bytes")
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -72,9 +101,17 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="4450832055fb"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** fp16 参数 2 字节，fp16 梯度 2 字节，再加 K = 12 字节的优化器状态：
+# 也就是论文里的 “2Ψ + 2Ψ + KΨ = 16Ψ”（第 3.1 节）。zerolab 给出的每参数明细：
+#
+# </details>
+
 # %%
 e = memory.estimate(PSI, 0)
-print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, "total", e.gpu_bytes / PSI)
+print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, tr("total"), e.gpu_bytes / PSI)
 
 # %% [markdown]
 # ## Q02: where K = 12 comes from (1 point)
@@ -87,6 +124,18 @@ print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, "tota
 # - D: fp32 momentum + fp32 variance, 6 bytes each
 #
 # Set `Q02` to a letter.
+
+# %% [markdown] lang="zh" en="42cb0bee25d4"
+# ## Q02：K = 12 是怎么来的（1 分）
+#
+# 对混合精度 Adam，论文中的优化器状态系数 K 是每个参数 12 字节。这 12 字节都是什么？
+#
+# - A：fp16 参数 + fp16 梯度 + fp32 动量
+# - B：fp32 主权重 + fp32 动量 + fp32 方差
+# - C：fp32 梯度 + fp32 动量 + fp32 方差
+# - D：fp32 动量 + fp32 方差，各 6 字节
+#
+# 把 `Q02` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_k12", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -103,7 +152,7 @@ from zerolab.checks import choice, plain
 
 assert choice(plain(Q02, "Q02"), "ABCD", "Q02") == "B", "Q02 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -115,9 +164,18 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="5bcf9721b924"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案：B。** K 除了 Adam 的动量（momentum）和方差（variance）各 4 字节，还包括 4 字节的 fp32 **主权重**。
+# 之所以要保留这份 fp32 副本，是因为 fp16 表示不了对权重的微小更新。常见的错误是只算两个动量，
+# 那样总数就凑不出 16 字节。（DeepSpeed 的估算函数还会再多算 4 字节：切分后的 fp32 梯度；见 Q05。）
+#
+# </details>
+
 # %%
 parts = memory.estimate(PSI, 0).breakdown["gpu"]
-print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, "bytes per parameter:",
+print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, tr("bytes per parameter:"),
       {name: parts[name] / PSI for name in ("master_weights", "optimizer_states")})
 
 # %% [markdown]
@@ -125,6 +183,11 @@ print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, "bytes
 #
 # How many GB do Adam's momentum and variance (both fp32) take for a 13B-parameter model? Set `Q03` to a number of GB
 # (10^9 bytes).
+
+# %% [markdown] lang="zh" en="11d16bf8d8e2"
+# ## Q03：13B 模型的 Adam 状态（2 分）
+#
+# 一个 13B 参数的模型，Adam 的动量和方差（都是 fp32）一共占多少 GB？把 `Q03` 设为 GB 数（10^9 字节）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_adam_13b", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -145,7 +208,7 @@ from zerolab.checks import close_to, plain
 reference = memory.estimate(units.parse_count("13B"), 0).breakdown["gpu"]["optimizer_states"] / units.GB
 close_to(plain(Q03, "Q03"), reference, "Q03", 0.01, "GB")
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -156,11 +219,20 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="ec78d601e1b8"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 两个各含 Ψ 个值的 fp32 张量：每个参数 8 字节。**常见说法**是“13B 模型的 Adam 状态占 52 GB”：
+# 那是每个参数 4 字节，只算了一个 fp32 张量。再加上 fp32 主权重（论文的 K = 12），整个优化器状态还要更大；
+# 再加上 fp16 参数和梯度，就是完整的 16Ψ：
+#
+# </details>
+
 # %%
 parts = memory.estimate(P13, 0).breakdown["gpu"]
-print("Adam momentum + variance:", units.format_bytes(parts["optimizer_states"], "GB"))
-print("plus fp32 master weights:", units.format_bytes(parts["optimizer_states"] + parts["master_weights"], "GB"))
-print("all model states (16 bytes per parameter):", units.format_bytes(sum(parts.values()), "GB"))
+print(tr("Adam momentum + variance:"), units.format_bytes(parts["optimizer_states"], "GB"))
+print(tr("plus fp32 master weights:"), units.format_bytes(parts["optimizer_states"] + parts["master_weights"], "GB"))
+print(tr("all model states (16 bytes per parameter):"), units.format_bytes(sum(parts.values()), "GB"))
 
 # %% [markdown]
 # ## Q04: the paper's example, per GPU (2 points)
@@ -168,6 +240,13 @@ print("all model states (16 bytes per parameter):", units.format_bytes(sum(parts
 # The ZeRO paper's running example: Ψ = 7.5B parameters on Nd = 64 GPUs, mixed-precision Adam. How many GB of model
 # state does each GPU hold with ZeRO-1 (P_os), ZeRO-2 (P_os+g) and ZeRO-3 (P_os+g+p)? Set `Q04` to a dict
 # `{"zero1": ..., "zero2": ..., "zero3": ...}` of GB (answers within 2 % count).
+
+# %% [markdown] lang="zh" en="bbfa78d19b59"
+# ## Q04：论文里的例子，每张 GPU（2 分）
+#
+# ZeRO 论文贯穿全文的例子：Ψ = 7.5B 参数，Nd = 64 张 GPU，混合精度 Adam。在 ZeRO-1（P_os）、
+# ZeRO-2（P_os+g）和 ZeRO-3（P_os+g+p）下，
+# 每张 GPU 各持有多少 GB 的模型状态？把 `Q04` 设为以 GB 为单位的字典 `{"zero1": ..., "zero2": ..., "zero3": ...}`（误差在 2 % 以内算对）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_paper_example", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -191,7 +270,7 @@ for stage in (1, 2, 3):
     reference = memory.estimate(units.parse_count("7.5B"), stage, gpus_per_node=64).gpu_bytes / units.GB
     close_to(answer[f"zero{stage}"], reference, f"Q04['zero{stage}']", 0.02, "GB")
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -202,15 +281,30 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="a6c31b4c7ade"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** ZeRO-1 把 K = 12 字节的优化器状态除以 Nd，ZeRO-2 再把 2 字节的梯度也除以 Nd，
+# ZeRO-3 再把 2 字节的参数也除以 Nd。论文在第 5 节和图 1 中给出了这些数字（ZeRO-3 四舍五入为 1.9 GB）；
+# zerolab 复现如下：
+#
+# </details>
+
 # %%
 for stage in (0, 1, 2, 3):
-    print(f"ZeRO-{stage} on 64 GPUs:", units.format_bytes(memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes, "GB"))
+    print(tr(f"ZeRO-{stage} on 64 GPUs:"), units.format_bytes(memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes, "GB"))
 
 # %% [markdown]
 # ## Q05: ZeRO-2 for 13B on 8 GPUs (2 points)
 #
 # A 13B model, ZeRO-2, 8 GPUs, mixed-precision Adam, no offload. Per-GPU model states in GB by the paper's accounting?
 # Set `Q05` to a number.
+
+# %% [markdown] lang="zh" en="1a1cb8765dec"
+# ## Q05：13B 模型在 8 卡上跑 ZeRO-2（2 分）
+#
+# 13B 模型，ZeRO-2，8 张 GPU，混合精度 Adam，不卸载（offload）。按论文的口径，
+# 每张 GPU 上的模型状态是多少 GB？把 `Q05` 设为一个数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_zero2_13b", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -233,7 +327,7 @@ from zerolab.checks import close_to, plain
 reference = memory.estimate(units.parse_count("13B"), 2, gpus_per_node=8).gpu_bytes / units.GB
 close_to(plain(Q05, "Q05"), reference, "Q05", 0.01, "GB")
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -244,10 +338,20 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="f30769596973"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 论文的 P_os+g：每张 GPU 上都有 2Ψ 的 fp16 参数，再加 (2 + K)Ψ / Nd。
+# **常见说法**是 “26 GB + 78 GB / 8 ≈ 36 GB”：其中 78 GB 的切分状态折合到每个参数，
+# 远少于论文切分的字节数（见下面的输出），所以它对不上任何一种口径。DeepSpeed 自己的估算函数给出的数比论文大，
+# 因为它还算上了每个参数 4 字节的切分 fp32 梯度，而且它打印的是 GiB，标签却写着 “GB”：
+#
+# </details>
+
 # %%
 ddp_parts = memory.estimate(P13, 0).breakdown["gpu"]
-print("partitioned bytes per parameter: claim", 78 * units.GB / P13,
-      " paper", sum(n for part, n in ddp_parts.items() if part != "params") / P13)
+print(tr("partitioned bytes per parameter: claim"), 78 * units.GB / P13,
+      tr(" paper"), sum(n for part, n in ddp_parts.items() if part != "params") / P13)
 for accounting in ("paper", "deepspeed"):
     e = memory.estimate(P13, 2, gpus_per_node=8, accounting=accounting)
     print(f"{accounting:9}: {units.format_bytes(e.gpu_bytes, 'GB')} = {units.format_bytes(e.gpu_bytes, 'GiB')}")
@@ -257,6 +361,11 @@ for accounting in ("paper", "deepspeed"):
 #
 # With Nd = 8, what fraction of plain data parallelism's per-GPU model-state memory does ZeRO-1 keep? Set `Q06` to a
 # number between 0 and 1.
+
+# %% [markdown] lang="zh" en="d2fbeae5e0b4"
+# ## Q06：ZeRO-1 剩下多少（1 分）
+#
+# Nd = 8 时，ZeRO-1 每张 GPU 的模型状态显存是普通数据并行的几分之几？把 `Q06` 设为 0 到 1 之间的数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_zero1_fraction", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -278,7 +387,7 @@ from zerolab.checks import close_to, plain
 reference = memory.estimate(10**9, 1, gpus_per_node=8).gpu_bytes / memory.estimate(10**9, 0, gpus_per_node=8).gpu_bytes
 close_to(plain(Q06, "Q06"), reference, "Q06", 0.01)
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -288,10 +397,18 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="491407d01b4b"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** (4 + 12/8) / 16。**常见说法**称 ZeRO-1、-2、-3 分别“占 75 %、40 %、15 % 的显存”；
+# 可 75 % 是 Nd 很大时 ZeRO-1 *省下* 的比例，不是它剩下的比例，而且这类比例都取决于 Nd：
+#
+# </details>
+
 # %%
 for nd in (8, 64, 1024):
     ddp = memory.estimate(PSI, 0, gpus_per_node=nd).gpu_bytes
-    print(f"Nd={nd:5}: " + "  ".join(f"ZeRO-{s} keeps {memory.estimate(PSI, s, gpus_per_node=nd).gpu_bytes / ddp:.1%}"
+    print(f"Nd={nd:5}: " + "  ".join(tr(f"ZeRO-{s} keeps {memory.estimate(PSI, s, gpus_per_node=nd).gpu_bytes / ddp:.1%}")
                                       for s in (1, 2, 3)))
 
 # %% [markdown]
@@ -299,6 +416,12 @@ for nd in (8, 64, 1024):
 #
 # Per training step (no gradient accumulation), how much data does each GPU move, as a multiple of Ψ, in the paper's
 # accounting? Set `Q07` to `{"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}`.
+
+# %% [markdown] lang="zh" en="a7c7f0481107"
+# ## Q07：通信量（2 分）
+#
+# 每个训练步（不做梯度累积），按论文的口径，
+# 每张 GPU 传输的数据量是 Ψ 的几倍？把 `Q07` 设为 `{"ddp": ..., "zero1": ..., "zero2": ..., "zero3": ...}`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex7_comm_volume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -321,7 +444,7 @@ answer = dict_keys(plain(Q07, "Q07"), ["ddp", "zero1", "zero2", "zero3"], "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
     close_to(answer[name], comm.traffic(3 * 10**9, stage, 64).volume_in_params, f"Q07['{name}']", 1e-6)
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -336,16 +459,35 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="d382e006fe65"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** DDP 的 all-reduce 等于一次 reduce-scatter（Ψ）加一次 all-gather（Ψ）。
+# ZeRO-1 和 ZeRO-2 做的恰好也是这两个操作，只是用途不同：先把梯度 reduce-scatter 到负责它的 rank，
+# 再把更新后的参数 all-gather 回来。ZeRO-3 前向时要收集一次参数，反向时**还要**再收集一次，
+# 再加上梯度的 reduce-scatter：是 DDP 的 1.5 倍（论文第 7 节）。
+# **常见说法**“40 层的模型用 ZeRO-3 每步要通信 80 次”数的是调用次数而不是通信量，漏掉了 reduce-scatter，
+# 也忽略了 DeepSpeed 是按子模块收集参数、把预取合并进桶里、并让小参数常驻的；调用次数取决于实现，
+# 通信量则不取决于实现。
+#
+# </details>
+
 # %%
 for stage in range(4):
     t = comm.traffic(P13, stage, 8)
-    print(f"stage {stage}: {t.volume_in_params:.0f} Ψ = " + " + ".join(f"{c.op} ({c.purpose})" for c in t.collectives))
+    print(tr(f"stage {stage}: {t.volume_in_params:.0f} Ψ = ") + " + ".join(f"{c.op} ({tr(c.purpose)})" for c in t.collectives))
 
 # %% [markdown]
 # ## Q08: gradient accumulation (1 point)
 #
 # With `gradient_accumulation_steps` = 4, how many times per optimizer step does each GPU reduce the full set of
 # gradients, under ZeRO-1 and under ZeRO-2? Set `Q08` to `{"zero1": ..., "zero2": ...}`.
+
+# %% [markdown] lang="zh" en="1a1eaa7c947f"
+# ## Q08：梯度累积（1 分）
+#
+# `gradient_accumulation_steps` = 4 时，在 ZeRO-1 和 ZeRO-2 下，
+# 每个优化器步（optimizer step）里每张 GPU 要对全部梯度做几次归约？把 `Q08` 设为 `{"zero1": ..., "zero2": ...}`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex8_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -374,7 +516,7 @@ reference = {f"zero{stage}": sum(c.times for c in comm.traffic(10**9, stage, 8, 
                                  if c.op == "reduce-scatter") for stage in (1, 2)}
 assert dict_keys(plain(Q08, "Q08"), ["zero1", "zero2"], "Q08") == reference, "Q08 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -389,9 +531,24 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="c93207b0d6eb"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** ZeRO-1 在每张 GPU 上都保留完整的梯度，所以可以先在本地把各个微步的梯度累加起来，
+# 到累积边界再归约一次。ZeRO-2 只保留自己那份梯度分片，
+# 所以**每个**微步都必须 reduce-scatter（DeepSpeed engine 里的原话：
+# “ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well”）。
+# **常见说法**“ZeRO-2 每步做一次 reduce-scatter”错了两处：它每个微步都做，而且是分桶做的（见下一题）。
+# 在 DeepSpeed 0.19.8 里它甚至不是字面意义上的 reduce-scatter：
+# 默认情况下（`use_multi_rank_bucket_allreduce: true`）每个桶做的是 all-reduce，
+# 见 `stage_1_and_2.py` 的 `average_tensor`；论文和 zerolab 统计的是 reduce-scatter 的通信量。
+# 每个优化器步的通信量随累积步数增长：
+#
+# </details>
+
 # %%
 for stage in (1, 2, 3):
-    print(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Ψ per optimizer step")
+    print(tr(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Ψ per optimizer step"))
 
 # %% [markdown]
 # ## Q09: buckets (1 point)
@@ -399,6 +556,12 @@ for stage in (1, 2, 3):
 # ZeRO-2 reduces gradients in buckets of `reduce_bucket_size` elements (default 5e8) as the backward pass produces
 # them. How many buckets does one backward pass of a 13B model fill, at least (if gradients packed the buckets
 # exactly)? Set `Q09` to an int.
+
+# %% [markdown] lang="zh" en="a2b03a2d3f1f"
+# ## Q09：分桶（1 分）
+#
+# ZeRO-2 在反向传播产生梯度的同时，按每桶 `reduce_bucket_size` 个元素（默认 5e8）分桶归约梯度。
+# 13B 模型的一次反向传播至少要填满多少个桶（假设梯度恰好把桶装满）？把 `Q09` 设为一个 int。
 
 # %% nbgrader={"grade": false, "grade_id": "ex9_buckets", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -419,7 +582,7 @@ from zerolab.checks import plain, whole
 reference = [c.buckets for c in comm.traffic(units.parse_count("13B"), 2, 8).collectives if c.op == "reduce-scatter"][0]
 assert whole(plain(Q09, "Q09"), "Q09") == reference, "Q09 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -432,10 +595,20 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="8e0f0d213d31"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 13e9 个梯度元素，每桶 5e8 个元素，这是下限：当下一个参数会让桶溢出时，
+# DeepSpeed 就把当前桶刷出去（`stage_1_and_2.py`），所以真实的层大小会让一些桶装不满，桶数也就多出几个。
+# 桶大小按元素个数计，不是字节数；开启 `overlap_comm` 时，每装满一个桶就开始归约，反向传播同时继续填下一个桶。
+# 桶越小，调用次数越多、每次的数据越少，缓冲区占用的显存也越少：
+#
+# </details>
+
 # %%
 for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
     t = comm.traffic(P13, 2, 8, reduce_bucket_size=bucket)
-    print(f"reduce_bucket_size={bucket:.0e}: {t.collectives[0].buckets} buckets per backward pass")
+    print(tr(f"reduce_bucket_size={bucket:.0e}: {t.collectives[0].buckets} buckets per backward pass"))
 
 # %% [markdown]
 # ## Q10: `overlap_comm` (1 point)
@@ -448,6 +621,18 @@ for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
 # - D: on by default for stages 1 and 2 and off for stage 3; it makes communication faster
 #
 # Set `Q10` to a letter.
+
+# %% [markdown] lang="zh" en="ea393699982f"
+# ## Q10：`overlap_comm`（1 分）
+#
+# 关于 DeepSpeed 0.19.8 中的 `zero_optimization.overlap_comm`，下面哪一项正确？
+#
+# - A：所有 stage 默认开启；会额外占用 4.5 倍 `reduce_bucket_size` 的显存
+# - B：stage 0 到 2 默认关闭，stage 3 默认开启；在 stage 1-2 中的代价是多一个桶缓冲区
+# - C：所有 stage 默认关闭；没有任何代价
+# - D：stage 1 和 2 默认开启，stage 3 默认关闭；它能让通信本身变快
+#
+# 把 `Q10` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex10_overlap_comm", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -465,7 +650,7 @@ from zerolab.checks import choice, plain
 
 assert choice(plain(Q10, "Q10"), "ABCD", "Q10") == "B", "Q10 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -480,27 +665,50 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="bfa13939fb97"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案：B。** `deepspeed/runtime/zero/config.py` 里有一个校验器：不写这个键时，
+# 它会设置 `overlap_comm = (stage == 3)`（文档里的表格仍写着 `false`）。通信与计算重叠并不会让通信变快：
+# 它在一条单独的 stream 上归约一个桶，同时反向传播去填下一个桶，能藏住多少通信，取决于有多少计算可以拿来掩盖。
+# 在 ZeRO-1/2 中，代价是第二个 `reduce_bucket_size` 个元素的归约缓冲区；在 ZeRO-3 中，
+# 它则是把 reduce-scatter 和参数的 all-gather 放到单独的 stream 上。**常见说法**称它要占“4.5 倍桶大小，
+# 默认配置下 9GB”：这来自 2020 年的一个系数，2021 年就删掉了（第 04 课）。0.19.8 在默认桶大小、
+# fp16 下为梯度桶分配的显存：
+#
+# </details>
+
 # %%
 for flag in (False, True):
-    print(f"overlap_comm={flag}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', flag), 'GB')}"
-          " of gradient buckets per GPU")
+    print(tr(f"overlap_comm={flag}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', flag), 'GB')}"
+             " of gradient buckets per GPU"))
 
 # %% [markdown]
 # No DeepSpeed source supports the popular "10-30 % faster" either; the gain depends on the ratio of communication to
 # compute, as lesson 03's model shows:
 
+# %% [markdown] lang="zh" en="1374a3908b00"
+# DeepSpeed 的源码里也找不到任何依据支持流行的“能快 10-30 %”的说法；收益取决于通信与计算之比，
+# 第 03 课的模型已经说明了这一点：
+
 # %%
 t = comm.traffic(P13, 2, 8)
 for compute_s in (0.5, 2.0, 8.0):
     off, on = (comm.step_time(t, compute_s, link="ib-hdr", overlap_comm=flag) for flag in (False, True))
-    print(f"compute {compute_s:4} s: step {off.total_s:6.2f} s without overlap, {on.total_s:6.2f} s with it "
-          f"({1 - on.total_s / off.total_s:.0%} less)")
+    print(tr(f"compute {compute_s:4} s: step {off.total_s:6.2f} s without overlap, {on.total_s:6.2f} s with it "
+             f"({1 - on.total_s / off.total_s:.0%} less)"))
 
 # %% [markdown]
 # ## Q11: offload traffic over PCIe (2 points)
 #
 # ZeRO-2 with `offload_optimizer` on CPU, 13B parameters, 8 GPUs, fp16, no gradient accumulation. How many GB cross
 # each GPU's PCIe link per optimizer step, both directions together? Set `Q11` to a number of GB.
+
+# %% [markdown] lang="zh" en="2ce035feaf20"
+# ## Q11：卸载在 PCIe 上的流量（2 分）
+#
+# ZeRO-2，`offload_optimizer` 卸载到 CPU，13B 参数，8 张 GPU，fp16，不做梯度累积。每个优化器步里，
+# 每张 GPU 的 PCIe 链路上要传输多少 GB（两个方向合计）？把 `Q11` 设为 GB 数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex11_offload_pcie", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -531,15 +739,27 @@ assert abs(plain(Q11, "Q11") - reference) <= 0.01 * reference
 # micro-step also sends the fp16 gradients to a host accumulation buffer, which comes back to be added from the
 # second micro-step on. At PCIe speeds this takes:
 
+# %% [markdown] lang="zh" en="12ecd5902f1b"
+# **答案**（DeepSpeed 0.19.8 的口径，由 `zerolab.run.meter` 在实际运行中实测）。
+# 每张 GPU 先在 GPU 上把自己的梯度分片（Ψ/Nd 个值）转成 fp32，再拷贝到主机上的 fp32 梯度里：每个值 4 字节，
+# 而不是 2 字节（`stage_1_and_2.py` 中的 `async_inplace_copy_grad_to_fp32_buffer_from_gpu`）。
+# CPU Adam 在主机上更新 fp32 主权重，更新后的 fp16 分片再传回 GPU（每个值 2 字节）。做梯度累积时，
+# 每个微步还要把 fp16 梯度送到主机上的累积缓冲区，从第二个微步起，它又要传回来参与累加。按 PCIe 的速度，
+# 这些传输需要：
+
 # %%
 for link in ("pcie3", "pcie4"):
-    print(f"{link}: {units.format_bytes(offloaded.device_to_host_bytes, 'GB')} down "
-          f"{comm.transfer_time(offloaded.device_to_host_bytes, link):.2f} s, "
-          f"{units.format_bytes(offloaded.host_to_device_bytes, 'GB')} up {comm.transfer_time(offloaded.host_to_device_bytes, link):.2f} s")
+    print(tr(f"{link}: {units.format_bytes(offloaded.device_to_host_bytes, 'GB')} down "
+             f"{comm.transfer_time(offloaded.device_to_host_bytes, link):.2f} s, "
+             f"{units.format_bytes(offloaded.host_to_device_bytes, 'GB')} up {comm.transfer_time(offloaded.host_to_device_bytes, link):.2f} s"))
 
 # %% [markdown]
 # The popular "offload makes training 2-5x slower" has no source behind it as a fixed factor: the cost depends on the
 # batch (more compute per step hides more), the CPU cores running Adam, the PCIe generation and pinning.
+
+# %% [markdown] lang="zh" en="21947d3d649e"
+# 流行的“卸载会让训练慢 2-5 倍”并没有出处能支撑这样一个固定倍数：代价取决于 batch 大小（每步计算越多，
+# 能掩盖的传输越多）、跑 Adam 的 CPU 核数、PCIe 代际以及是否使用锁页内存。
 
 # %% [markdown]
 # ## Q12: host RAM for offload (1 point)
@@ -547,6 +767,12 @@ for link in ("pcie3", "pcie4"):
 # With the optimizer offloaded, the host holds the fp32 state DeepSpeed's CPU Adam works on: fp32 gradients, fp32
 # master weights, momentum and variance. For a 13B model, how many GB is that (on one node, before any buffers)?
 # Set `Q12` to a number of GB.
+
+# %% [markdown] lang="zh" en="04a1fbd73ccd"
+# ## Q12：卸载需要的主机内存（1 分）
+#
+# 卸载优化器后，主机上保存着 DeepSpeed 的 CPU Adam 要用的 fp32 状态：fp32 梯度、fp32 主权重、动量和方差。
+# 对 13B 模型，这些一共占多少 GB（单节点，不计任何缓冲区）？把 `Q12` 设为 GB 数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex12_host_ram", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -569,7 +795,7 @@ host = memory.estimate(units.parse_count("13B"), 3, gpus_per_node=8, offload_opt
 reference = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
 close_to(plain(Q12, "Q12"), reference, "Q12", 0.01, "GB")
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -583,11 +809,24 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="d7ea917aa0c6"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 每个参数 4 + 4 + 4 + 4 字节。这只是下限：
+# DeepSpeed 的估算函数还会乘上它的 `additional_buffer_factor`；对 ZeRO-2，
+# 它还会在这个值和加载时的峰值之间取较大者，加载峰值来自每个进程都在 CPU 上构建一份 fp32 模型。
+# 这个峰值随 GPU 进程数增长，
+# 而 DeepSpeed 的代码（`estimate_zero2_model_states_mem_needs`）乘的是所有节点的 GPU 总数，
+# 而不是其文档所说的每节点 GPU 数，所以多节点时它会高估每个节点的需求（见第 04 课的参考资料）。
+# 卸载最先出问题的通常是主机而不是 GPU：进程被杀，退出码 -9。
+#
+# </details>
+
 # %%
-print("additional_buffer_factor (DeepSpeed's default):", memory.DEFAULT_BUFFER_FACTOR)
+print(tr("additional_buffer_factor (DeepSpeed's default):"), memory.DEFAULT_BUFFER_FACTOR)
 for gpus in (1, 8):
     e = memory.estimate(P13, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
-    print(f"ZeRO-2 + CPU offload, {gpus} GPU(s) per node: DeepSpeed estimates {units.format_bytes(e.cpu_bytes, 'GiB')} of host RAM")
+    print(tr(f"ZeRO-2 + CPU offload, {gpus} GPU(s) per node: DeepSpeed estimates {units.format_bytes(e.cpu_bytes, 'GiB')} of host RAM"))
 
 # %% [markdown]
 # ## Q13: `pin_memory` (1 point)
@@ -601,6 +840,18 @@ for gpus in (1, 8):
 # - D: it is off by default and should always be turned on
 #
 # Set `Q13` to a letter.
+
+# %% [markdown] lang="zh" en="5725f67ecc18"
+# ## Q13：`pin_memory`（1 分）
+#
+# 关于 DeepSpeed 0.19.8 中的 `offload_optimizer.pin_memory`，下面哪一项正确？
+#
+# - A：锁页内存是在卸载的状态之外额外占用的主机内存，所以主机内存要翻倍
+# - B：它把主机缓冲区锁页，让 GPU 的拷贝能以 PCIe 满速异步进行；默认开启，内存小的主机应当关掉
+# - C：它把显存钉住，让 PyTorch 无法释放
+# - D：默认关闭，应该一律打开
+#
+# 把 `Q13` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex13_pin_memory", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -618,7 +869,7 @@ from zerolab.checks import choice, plain
 
 assert choice(plain(Q13, "Q13"), "ABCD", "Q13") == "B", "Q13 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -630,11 +881,27 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="231d239d0c34"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案：B。** 锁页（pinned）内存不会被换出，所以 GPU 可以通过 DMA 从中异步、全速地拷贝；
+# 可分页内存则要先经过一次中转拷贝。它不是额外的内存：被锁页的就是那些缓冲区本身。
+# 自 2026 年 DeepSpeed 的一次改动起，默认值是 true（较早的教程写的是 false）。由于锁页内存无法换出，
+# 内存小的主机（免费版 Colab、WSL2）开着它会内存不足；这时请设置 `pin_memory: false`。
+#
+# </details>
+
 # %% [markdown]
 # ## Q14: fp16 or bf16 (1 point)
 #
 # Which precision do you enable on a T4 (free Colab) and on an A100? Set `Q14` to `{"T4": ..., "A100": ...}` with
 # `"fp16"` or `"bf16"` as values.
+
+# %% [markdown] lang="zh" en="c581e11f479f"
+# ## Q14：fp16 还是 bf16（1 分）
+#
+# 在 T4（免费版 Colab）和 A100 上分别该启用哪种精度？把 `Q14` 设为 `{"T4": ..., "A100": ...}`，
+# 值为 `"fp16"` 或 `"bf16"`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex14_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -656,7 +923,7 @@ answer = dict_keys(plain(Q14, "Q14"), ["T4", "A100"], "Q14")
 assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == {"T4": "fp16", "A100": "bf16"}, \
     "Q14 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -667,11 +934,26 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="a100267b0a6e"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** bf16 保留了 fp32 的指数范围，所以不需要损失缩放；从 Ampere（计算能力 8.0）开始它才跑得快。
+# 更老的卡（T4、V100）用 fp16 加动态损失缩放来训练。两者都占 2 字节，所以显存占用相同。
+# 两者同时启用会报错（“bfloat16 and fp16 modes cannot be simultaneously enabled”）。
+#
+# </details>
+
 # %% [markdown]
 # ## Q15: batch arithmetic (1 point)
 #
 # 16 GPUs run tensor parallelism of degree 2 (so pairs of GPUs share one model replica). `train_batch_size` is 512 and
 # `train_micro_batch_size_per_gpu` is 4. What must `gradient_accumulation_steps` be? Set `Q15` to an int.
+
+# %% [markdown] lang="zh" en="4f28f09e224e"
+# ## Q15：batch size 换算（1 分）
+#
+# 16 张 GPU 做并行度为 2 的张量并行（即每两张 GPU 共用一个模型副本）。`train_batch_size` 为 512，
+# `train_micro_batch_size_per_gpu` 为 4。`gradient_accumulation_steps` 必须是多少？把 `Q15` 设为一个 int。
 
 # %% nbgrader={"grade": false, "grade_id": "ex15_batch", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -695,7 +977,7 @@ from zerolab.config import read_settings
 assert whole(plain(Q15, "Q15"), "Q15") == read_settings({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4},
                                                         world_size=16 // 2).grad_accum, "Q15 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -707,12 +989,29 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="2c7399b761a4"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** DeepSpeed 检查的是 `train_batch_size == micro batch x gradient_accumulation_steps x world size`，
+# 其中 world size 指**数据并行**的规模（模型并行单元里数据并行组的大小，或者 GPU 数除以序列并行度）。
+# 这里 16 张 GPU 两两一组，构成 8 个副本。DeepSpeed 推算没有给出的那个值时用的是向下取整的除法，
+# 所以全局 batch 除不尽时，会通不过它自己的检查（第 04 课）。
+#
+# </details>
+
 # %% [markdown]
 # ## Q16: FSDP and ZeRO (1 point)
 #
 # PyTorch FSDP's sharding strategies roughly match ZeRO stages. Set `Q16` to
 # `{"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}` with the ZeRO stage (an int, 0 for plain data
 # parallelism) closest to each.
+
+# %% [markdown] lang="zh" en="81c2eb5579a3"
+# ## Q16：FSDP 与 ZeRO（1 分）
+#
+# PyTorch FSDP 的几种切分策略（sharding strategy）大致对应 ZeRO 的各个 stage。
+# 把 `Q16` 设为 `{"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}`，
+# 值为与每种策略最接近的 ZeRO stage（int，普通数据并行记为 0）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex16_fsdp", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -734,7 +1033,7 @@ from zerolab.checks import dict_keys, plain
 assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == \
     {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}, "Q16 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -745,6 +1044,19 @@ print("Right.")
 # within a node, replicas across nodes) is closest to ZeRO++'s hpZ. ZeRO-1 has no FSDP strategy; PyTorch's
 # `ZeroRedundancyOptimizer` is its counterpart. FSDP2's `fully_shard` replaces the enum with
 # `reshard_after_forward` (True ≈ `FULL_SHARD`, False ≈ `SHARD_GRAD_OP`).
+#
+# </details>
+
+# %% [markdown] lang="zh" en="baa1bcce3a2f"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** `FULL_SHARD` ≈ ZeRO-3，`SHARD_GRAD_OP` ≈ ZeRO-2，
+# `NO_SHARD` ≈ DDP（Hugging Face Accelerate 的 FSDP 指南给出的就是这个对应关系）。这种对应并不严格：
+# `SHARD_GRAD_OP` 在前向之前收集参数、在反向之后释放，而 DeepSpeed 的 ZeRO-2 始终保留完整的 fp16 参数。
+# `HYBRID_SHARD`（节点内完全切分，节点间保留副本）最接近 ZeRO++ 的 hpZ。ZeRO-1 没有对应的 FSDP 策略；
+# 与它对应的是 PyTorch 的 `ZeroRedundancyOptimizer`。
+# FSDP2 的 `fully_shard` 用 `reshard_after_forward` 取代了这个枚举（True ≈ `FULL_SHARD`，
+# False ≈ `SHARD_GRAD_OP`）。
 #
 # </details>
 
@@ -761,6 +1073,19 @@ print("Right.")
 # - fp16 before Ampere, bf16 from Ampere; batch = micro batch x accumulation x data-parallel replicas.
 # - FSDP: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD ≈ DDP.
 
+# %% [markdown] lang="zh" en="2519f68c5d4d"
+# ## 小结
+#
+# - 每个参数 16 字节：2 字节 fp16 参数 + 2 字节 fp16 梯度 + K = 12（fp32 主权重、动量、方差）。
+# - 每张 GPU：ZeRO-1 把其中 12 字节除以 Nd，ZeRO-2 把 14 字节除以 Nd，ZeRO-3 把全部 16 字节除以 Nd；
+#   DeepSpeed 的估算函数多算 4 字节 fp32 梯度，并把 GiB 标成 “GB”。
+# - 通信量：DDP、ZeRO-1 和 ZeRO-2 都是 2Ψ；ZeRO-3 是 3Ψ。ZeRO-2 和 -3 每个微步都要归约，而且分桶进行。
+# - `overlap_comm`：stage 0-2 默认关闭，stage 3 默认开启；代价是多一个桶缓冲区，不是 4.5 倍。
+# - 卸载：GPU 上保留 fp16 参数（ZeRO-2），主机上每个参数至少 16 字节，每步要经 PCIe 传输梯度分片和参数分片；
+#   `pin_memory` 默认开启。
+# - Ampere 之前用 fp16，Ampere 起用 bf16；batch = 微批次 x 累积步数 x 数据并行副本数。
+# - FSDP：FULL_SHARD ≈ ZeRO-3，SHARD_GRAD_OP ≈ ZeRO-2，NO_SHARD ≈ DDP。
+
 # %% [markdown]
 # ## Q17: activations and sequence length (1 point)
 #
@@ -774,6 +1099,20 @@ print("Right.")
 # - D: nothing: ZeRO partitions activations over the GPUs
 #
 # Set `Q17` to a letter.
+
+# %% [markdown] lang="zh" en="0eaf3ef587d7"
+# ## Q17：激活值与序列长度（1 分）
+#
+# 激活值是前向传播为反向传播保留下来的张量（Korthikanti et al. 2022，第 4 节；第 01 课第 5 节）。
+# 某个 GPT 层使用显式的 softmax 注意力，保留 s x s 的注意力分数，而且不做重计算。序列长度翻倍、
+# 微批次（micro-batch）不变，这一层的激活值显存变为原来的：
+#
+# - A：正好 2 倍
+# - B：大于 2 倍、小于 4 倍
+# - C：正好 4 倍
+# - D：不变：ZeRO 会把激活值切分到各张 GPU 上
+#
+# 把 `Q17` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex17_activations_sequence", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -797,7 +1136,7 @@ _growth = (sum(layer_terms(_model, 8192, 2, "bf16", "standard").values())
 assert 2 < _growth < 4, "the course's own activation model no longer puts the growth between 2 and 4"
 assert choice(plain(Q17, "Q17"), "ABCD", "Q17") == "B", "Q17 is not right"
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -809,6 +1148,16 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="1e3b46e65bd5"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** B。论文按每层 sbh(34 + 5as/h) 字节计算：34sbh 这部分（线性层的输入、norm、GeLU）随 s 增长，
+# 5as²b 这部分（softmax 的输出、它的 dropout 掩码和 dropout 输出）随 s² 增长。所以倍数在 2 到 4 之间，
+# 序列越长越接近 4。融合（“flash”）注意力不保留分数，这时答案正好是 2；选择性重计算在反向时重算分数，
+# 答案同样是 2（见下面的单元格）。
+#
+# </details>
+
 # %%
 from zerolab.activations import layer_terms
 from zerolab.models import preset
@@ -817,7 +1166,7 @@ for attention in ("standard", "flash"):
     model = preset("gpt3-13b")
     growth = (sum(layer_terms(model, 4096, 1, "fp16", attention).values())
               / sum(layer_terms(model, 2048, 1, "fp16", attention).values()))
-    print(f"{attention:8s} attention: 2048 -> 4096 tokens multiplies a layer's activations by {growth:.2f}")
+    print(tr(f"{attention:8s} attention: 2048 -> 4096 tokens multiplies a layer's activations by {growth:.2f}"))
 
 # %% [markdown]
 # ## Q18: what activation checkpointing keeps (1 point)
@@ -825,6 +1174,13 @@ for attention in ("standard", "flash"):
 # Llama 2 7B (32 layers, hidden 4096) trains in bf16 with sequences of 4096 tokens, micro-batch 1 and full
 # activation recomputation (activation checkpointing): during forward each layer keeps only its input. How many
 # GB (10^9 bytes) do those kept inputs take on each GPU, all layers together? Set `Q18` to a number of GB.
+
+# %% [markdown] lang="zh" en="743ea7b1d49f"
+# ## Q18：激活检查点留下了什么（1 分）
+#
+# Llama 2 7B（32 层，hidden 4096）用 bf16 训练，序列长度 4096 个 token，微批次 1，
+# 做完全的激活重计算（激活检查点）：前向时每层只保留自己的输入。所有层加起来，
+# 这些保留的输入在每张 GPU 上占多少 GB（10^9 字节）？把 `Q18` 设为 GB 数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex18_checkpointed_inputs", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -850,7 +1206,7 @@ from zerolab.models import preset
 _kept = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", "full")
 close_to(plain(Q18, "Q18"), _kept.layers * _kept.layer_bytes / 1e9, "Q18", 0.01, "GB")
 ### END HIDDEN TESTS
-print("Right.")
+print(tr("Right."))
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -862,12 +1218,22 @@ print("Right.")
 #
 # </details>
 
+# %% [markdown] lang="zh" en="9a7197567985"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** 论文里每层 2sbh 字节，合计 2sbhL（第 4.2 节）。这是前向和反向之间一直保留的部分；反向传播时，
+# 每次有一层重新跑一遍前向并持有它的完整激活值，
+# 所以峰值是这部分再加上一层的量（`zerolab.activations` 把它记作 `working`）。完全重计算大约要多跑一次前向，
+# 也就是多出约三分之一的计算量（下面的单元格把两种情况都打印出来）。
+#
+# </details>
+
 # %%
 for recompute in ("none", "full"):
     act = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", recompute)
-    print(f"recompute {recompute:4s}: kept by the layers {units.format_bytes(act.layers * act.layer_bytes):>9}, "
-          f"while one layer recomputes {units.format_bytes(sum(act.working.values())):>9}, "
-          f"total {units.format_bytes(act.total_bytes):>9}")
+    print(tr(f"recompute {recompute:4s}: kept by the layers {units.format_bytes(act.layers * act.layer_bytes):>9}, "
+             f"while one layer recomputes {units.format_bytes(sum(act.working.values())):>9}, "
+             f"total {units.format_bytes(act.total_bytes):>9}"))
 
 # %% [markdown]
 # ## References
@@ -879,3 +1245,13 @@ for recompute in ("none", "full"):
 #   `deepspeed/runtime/zero/offload_config.py` (`pin_memory`), `deepspeed/runtime/config.py` (batch arithmetic).
 # - Hugging Face Accelerate, FSDP guide: the FSDP sharding strategies and their ZeRO counterparts.
 # - Lesson 04's references for the DeepSpeed changes named here (pin_memory default, bucket multiplier, host RAM).
+
+# %% [markdown] lang="zh" en="6407907ce08e"
+# ## 参考资料
+#
+# - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20, arXiv:1910.02054（第 3.1 节：
+#   2 + 2 + K 字节；第 5 节和图 1：每张 GPU 的数字；第 7 节：通信量）。
+# - DeepSpeed 0.19.8 源码：`deepspeed/runtime/zero/config.py`（随 stage 变化的 `overlap_comm` 默认值）、
+#   `deepspeed/runtime/zero/offload_config.py`（`pin_memory`）、`deepspeed/runtime/config.py`（batch 换算）。
+# - Hugging Face Accelerate 的 FSDP 指南：FSDP 的各种切分策略及其对应的 ZeRO stage。
+# - 本课提到的 DeepSpeed 改动（`pin_memory` 默认值、桶系数、主机内存），参考资料见第 04 课。
