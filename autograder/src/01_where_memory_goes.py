@@ -70,7 +70,7 @@ P13B = units.parse_count("13B")
 ddp = memory.estimate(P13B, stage=0)
 for part, nbytes in ddp.breakdown["gpu"].items():
     print(tr(f"{part:18s} {nbytes / P13B:4.0f} bytes/param  {units.format_bytes(nbytes)}"))
-print(tr(f"{tr('total'):18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_bytes(ddp.gpu_bytes)}"))
+print(tr(f"{'total':18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_bytes(ddp.gpu_bytes)}"))
 
 # %% [markdown]
 # ### A common claim: "Adam optimizer states for a 13B model take 52GB"
@@ -606,7 +606,7 @@ print(tr(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_by
 plan = budget.budget(llama, 2, 4096, 1, gpus_per_node=8, recompute="full")
 for line, nbytes in plan.gpu.items():
     print(f"{line:22s} {units.format_bytes(nbytes):>9}")
-print(f"{tr('total per GPU'):22s} {units.format_bytes(plan.gpu_bytes):>9}")
+print(f"{'total per GPU':22s} {units.format_bytes(plan.gpu_bytes):>9}")
 
 # %% [markdown]
 # The memory explorer again, now with the whole budget: change the sequence length, the micro-batch and the
