@@ -380,7 +380,7 @@ for gpus in (1, 8, 64):
 # %% [markdown] lang="zh" en="5fef72717538"
 # ### 练习 4：DeepSpeed 的 ZeRO-2 数字
 #
-# 编写 `deepspeed_zero2_gib(params, gpus)`：DeepSpeed 的 ZeRO-2 估算函数打印出的每卡数字（不卸载，单节点 `gpus` 张 GPU），单位为 **GiB**（2**30 字节），返回 float。
+# 编写 `deepspeed_zero2_gib(params, gpus)`：DeepSpeed 的 ZeRO-2 估算函数打印出的每卡数字（不卸载（offload），单节点 `gpus` 张 GPU），单位为 **GiB**（2**30 字节），返回 float。
 #
 # *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较。
 
