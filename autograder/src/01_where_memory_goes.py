@@ -1,6 +1,9 @@
 # %% [markdown]
 # # Lesson 01: Where the memory goes
 
+# %% [markdown] lang="zh" en="c1a4e24bb181"
+# # 第 01 课：显存都去哪了
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -15,10 +18,23 @@
 # Every number in this notebook is computed by the `zerolab` package (`zerolab.memory`), which the course's
 # tests check against the ZeRO paper and against DeepSpeed's estimator functions.
 
+# %% [markdown] lang="zh" en="95d13b9f0d31"
+# ## 学习目标
+#
+# 学完本课，你能够：
+#
+# - 列出混合精度 Adam 为每个参数保存了哪些内容，以及为什么合计是 16 字节（ZeRO 论文的口径，第 3.1 节）；
+# - 对任意模型规模和 GPU 数量，算出 DDP、ZeRO-1、ZeRO-2 和 ZeRO-3 下每张 GPU 上的模型状态显存；
+# - 说出每个 stage 保留了 DDP 显存的多大比例，以及为什么这个比例取决于 GPU 数量；
+# - 读懂 DeepSpeed 自带的估算函数，并解释它为什么比论文多算了一些字节。
+#
+# 本 notebook 中的每个数字都由 `zerolab` 包（`zerolab.memory`）计算得出，课程的测试会把它与 ZeRO 论文以及 DeepSpeed 的估算函数逐一核对。
+
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
 from zerolab import memory, units
+from zerolab.i18n import tr
 from zerolab.units import GB, GiB
 
 P13B = units.parse_count("13B")
@@ -36,11 +52,22 @@ P13B = units.parse_count("13B")
 # These are the **model states**. Activations, temporary buffers and fragmentation come on top (the paper's
 # "residual states"); this lesson is about model states only. `memory.estimate` breaks them down:
 
+# %% [markdown] lang="zh" en="80fc6527c296"
+# ## 1. 模型状态：训练时每个参数要存什么
+#
+# 用混合精度加 Adam 训练时，每个参数都要保存：
+#
+# - 前向和反向传播使用的 16 位参数；
+# - 反向传播产生的 16 位梯度；
+# - 优化器状态，论文记为每个参数 K 字节：一份 fp32 的权重*主副本*（即 fp32 主权重），加上 Adam 的动量（momentum）和方差（variance），同样是 fp32。
+#
+# 这些就是**模型状态**。激活值、临时缓冲区和显存碎片还要另算（论文称之为"剩余状态"，residual states）；本课只讨论模型状态。`memory.estimate` 会把它们逐项拆开：
+
 # %%
 ddp = memory.estimate(P13B, stage=0)
 for part, nbytes in ddp.breakdown["gpu"].items():
-    print(f"{part:18s} {nbytes / P13B:4.0f} bytes/param  {units.format_bytes(nbytes)}")
-print(f"{'total':18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_bytes(ddp.gpu_bytes)}")
+    print(tr(f"{part:18s} {nbytes / P13B:4.0f} bytes/param  {units.format_bytes(nbytes)}"))
+print(tr(f"{'total':18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_bytes(ddp.gpu_bytes)}"))
 
 # %% [markdown]
 # ### A common claim: "Adam optimizer states for a 13B model take 52GB"
@@ -49,12 +76,17 @@ print(f"{'total':18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_byt
 # variance are two such tensors (`optimizer_states` above), and with the master copy the optimizer holds K = 12
 # bytes per parameter:
 
+# %% [markdown] lang="zh" en="6a4c054f82b9"
+# ### 一个常见说法："13B 模型的 Adam 优化器状态占 52GB"
+#
+# 这是错的。52 GB 只是一个含 13B 个值的 fp32 张量，也就是上面 `master_weights` 那一行。Adam 的动量和方差是两个这样的张量（上面的 `optimizer_states`），再加上主副本，优化器每个参数共占 K = 12 字节：
+
 # %%
 adam_only = ddp.breakdown["gpu"]["optimizer_states"]
 with_master = adam_only + ddp.breakdown["gpu"]["master_weights"]
-print("Adam momentum + variance:     ", units.format_bytes(adam_only), "=", units.format_bytes(adam_only, "GiB"))
-print("+ fp32 master weights (K=12): ", units.format_bytes(with_master), "=", units.format_bytes(with_master, "GiB"))
-print("all model states:             ", units.format_bytes(ddp.gpu_bytes))
+print(tr("Adam momentum + variance:     "), units.format_bytes(adam_only), "=", units.format_bytes(adam_only, "GiB"))
+print(tr("+ fp32 master weights (K=12): "), units.format_bytes(with_master), "=", units.format_bytes(with_master, "GiB"))
+print(tr("all model states:             "), units.format_bytes(ddp.gpu_bytes))
 
 # %% [markdown]
 # ### Exercise 1: the bytes of each model state
@@ -65,6 +97,13 @@ print("all model states:             ", units.format_bytes(ddp.gpu_bytes))
 #
 # *Accepted:* a `dict` with exactly those four keys (lower case); each value an `int`, or a `float` equal to it.
 # The cell after it checks your function; hidden tests check it on other model sizes.
+
+# %% [markdown] lang="zh" en="f0855bb17b30"
+# ### 练习 1：每项模型状态的字节数
+#
+# 编写 `model_state_bytes(params)`：一个有 `params` 个参数、用 fp16 加 Adam 训练的模型，在普通数据并行（DDP，即 ZeRO stage 0）下**每张 GPU 上**保存的字节数。返回一个 dict，键为 `"params"`、`"grads"`、`"master_weights"` 和 `"optimizer_states"`（动量 + 方差），每个值都是**字节**数。
+#
+# *可接受的答案：* 一个恰好包含这四个键（小写）的 `dict`；每个值是 `int`，或与之相等的 `float`。下一个单元格会检查你的函数；隐藏测试还会用其他模型规模来检查它。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_model_state_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def model_state_bytes(params):
@@ -119,6 +158,19 @@ for _params in (1, 7, 123_456_789, 175_000_000_000):
 # Move the sliders: the model size, the number of GPUs and the accounting (the paper's, or DeepSpeed's
 # estimator, section 4). Where widgets cannot render you see the static figure for 1, 8 and 64 GPUs.
 
+# %% [markdown] lang="zh" en="121bcbf142ca"
+# ## 2. ZeRO：切分状态，而不是复制
+#
+# DDP 在每张 GPU 上都保存全部这些状态：N 张 GPU 上是 N 份一模一样的副本。ZeRO（Zero Redundancy Optimizer，零冗余优化器）则把它们切分成 N 个分片，每张 GPU 持有其中一个：
+#
+# | stage | 在 N 张 GPU 间切分 | 仍在每张 GPU 上完整复制 |
+# |---|---|---|
+# | ZeRO-1 | 优化器状态（主权重、动量、方差） | 16 位参数和梯度 |
+# | ZeRO-2 | + 梯度 | 16 位参数 |
+# | ZeRO-3 | + 参数 | 无 |
+#
+# 拖动滑块：模型规模、GPU 数量以及口径（论文的口径，或第 4 节介绍的 DeepSpeed 估算函数）。在无法显示控件的环境中，你会看到 1、8 和 64 张 GPU 的静态图。
+
 # %%
 from zerolab import widgets
 
@@ -132,16 +184,21 @@ widgets.memory_explorer(params="13B", gpus=8)
 # partitions is the fp16 gradients plus the K = 12 bytes of optimizer state. The paper's figure and DeepSpeed's
 # estimator both give much more:
 
+# %% [markdown] lang="zh" en="e3a3ff2a4410"
+# ### 一个常见说法："ZeRO-2 每卡 = 26GB + 78GB/8 ≈ 36GB"（13B 模型，8 张 GPU）
+#
+# 第一项，即 ZeRO-2 在每张卡上完整保留的 fp16 参数，是对的。第二项不对：把这里的 78 GB 除以 13B 个参数，得到的每参数字节数对不上任何一种口径。ZeRO-2 切分的是 fp16 梯度加上 K = 12 字节的优化器状态。论文的数字和 DeepSpeed 估算函数给出的结果都要大得多：
+
 # %%
 paper = memory.estimate(P13B, 2, gpus_per_node=8)
 deepspeed_view = memory.estimate(P13B, 2, gpus_per_node=8, accounting="deepspeed")
 claimed_partitioned = 78 * GB  # the claim's second term
 partitioned = sum(nbytes for part, nbytes in memory.estimate(P13B, 0).breakdown["gpu"].items() if part != "params")
-print("fp16 parameters, whole on every GPU:", units.format_bytes(paper.breakdown["gpu"]["params"]))
-print("the claim partitions    ", claimed_partitioned / P13B, "bytes per parameter")
-print("the paper partitions    ", partitioned / P13B, "bytes per parameter")
-print("paper, per GPU:              ", units.format_bytes(paper.gpu_bytes))
-print("DeepSpeed estimator, per GPU:", units.format_bytes(deepspeed_view.gpu_bytes, "GiB"))
+print(tr("fp16 parameters, whole on every GPU:"), units.format_bytes(paper.breakdown["gpu"]["params"]))
+print(tr("the claim partitions    "), claimed_partitioned / P13B, tr("bytes per parameter"))
+print(tr("the paper partitions    "), partitioned / P13B, tr("bytes per parameter"))
+print(tr("paper, per GPU:              "), units.format_bytes(paper.gpu_bytes))
+print(tr("DeepSpeed estimator, per GPU:"), units.format_bytes(deepspeed_view.gpu_bytes, "GiB"))
 
 # %% [markdown]
 # ### Exercise 2: per-GPU bytes for any stage
@@ -152,6 +209,13 @@ print("DeepSpeed estimator, per GPU:", units.format_bytes(deepspeed_view.gpu_byt
 # *Accepted:* a number of **bytes** (`int` or `float`) within one part in a million of the paper's figure, so
 # exact division, `//` and rounding partitions up (as DeepSpeed pads them) all count.
 # Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts.
+
+# %% [markdown] lang="zh" en="7ec49a29646a"
+# ### 练习 2：任意 stage 下每张 GPU 的字节数
+#
+# 编写 `per_gpu_bytes(params, stage, gpus)`：在 `gpus` 张 GPU 上使用 ZeRO `stage`（0 = DDP）时，每张 GPU 持有的模型状态字节数，按论文的口径计算（fp16 混合精度 Adam）。
+#
+# *可接受的答案：* 一个**字节**数（`int` 或 `float`），与论文数字的相对误差在百万分之一以内，所以精确除法、`//` 以及把分片向上取整（DeepSpeed 会做填充）都算对。隐藏测试会在多种模型规模、stage 和 GPU 数量下把它与 `memory.estimate` 比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_per_gpu_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def per_gpu_bytes(params, stage, gpus):
@@ -207,11 +271,18 @@ for _params in (7_500_000_000, 1_000_000_001, 350_000_000):
 # (and ZeRO-1 the gradients) on every GPU, so their fraction approaches a floor as N grows; ZeRO-3 keeps 1/N.
 # The "75%" is ZeRO-1's *saving* in the limit, not what it keeps:
 
+# %% [markdown] lang="zh" en="5cd852c4a244"
+# ## 3. 每个 stage 保留了 DDP 显存的多少？
+#
+# ### 一个常见说法："ZeRO-1 保留 75% 的显存，ZeRO-2 保留 40%，ZeRO-3 保留 15%"
+#
+# 并不存在固定的比例：它取决于 GPU 数量。ZeRO-1 和 ZeRO-2 仍在每张 GPU 上复制 fp16 参数（ZeRO-1 还复制梯度），所以随着 N 增大，它们的比例趋近一个下限；ZeRO-3 则保留 1/N。所谓"75%"是 ZeRO-1 在极限情况下*节省*的比例，而不是它保留的比例：
+
 # %%
 for gpus in (8, 64, 1024):
     base = memory.estimate(P13B, 0, gpus_per_node=gpus).gpu_bytes
     kept = [memory.estimate(P13B, s, gpus_per_node=gpus).gpu_bytes / base for s in (1, 2, 3)]
-    print(f"{gpus:5d} GPUs: ZeRO-1 {kept[0]:6.1%}   ZeRO-2 {kept[1]:6.1%}   ZeRO-3 {kept[2]:6.2%}")
+    print(tr(f"{gpus:5d} GPUs: ZeRO-1 {kept[0]:6.1%}   ZeRO-2 {kept[1]:6.1%}   ZeRO-3 {kept[2]:6.2%}"))
 
 # %% [markdown]
 # ### Exercise 3: the fraction kept
@@ -221,6 +292,13 @@ for gpus in (8, 64, 1024):
 #
 # *Accepted:* an `int` or `float` fraction (not a percentage) within one part in a million.
 # Hidden tests check it against `memory.estimate`.
+
+# %% [markdown] lang="zh" en="f9b6bb19817a"
+# ### 练习 3：保留的比例
+#
+# 编写 `fraction_kept(stage, gpus)`：使用 ZeRO `stage` 时每张 GPU 的模型状态显存除以 DDP 的，结果是 0 到 1 之间的 float（论文的口径；模型规模会被约掉）。
+#
+# *可接受的答案：* 一个 `int` 或 `float` 形式的比例（不是百分数），相对误差在百万分之一以内。隐藏测试会把它与 `memory.estimate` 核对。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_fraction_kept", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fraction_kept(stage, gpus):
@@ -273,12 +351,21 @@ for _stage in (0, 1, 2, 3):
 # - ZeRO-3 adds the largest layer, gathered whole on each GPU, and the host figure counts the load-time peak of
 #   every process building the model in fp32.
 
+# %% [markdown] lang="zh" en="83de5dcf7265"
+# ## 4. DeepSpeed 的估算函数算法不同
+#
+# DeepSpeed 自带了估算函数（`deepspeed/runtime/zero/stage_1_and_2.py` 中的 `estimate_zero2_model_states_mem_needs_all_cold`，以及 `stage3.py` 中对应 ZeRO-3 的那个）。它们与论文有三处不同，面试时值得知道：
+#
+# - 它们在切分的部分里计入了一份 **fp32 梯度副本**（源码注释写的是："18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit"），所以是 2 + 18 字节，而不是 2 + 2 + 12；
+# - 它们打印的单位是 "GB"，但除的是 2**30：它们的 GB 其实是 GiB；
+# - ZeRO-3 还要加上最大的一层（它会在每张 GPU 上被完整 gather 出来），而主机内存的数字计入了每个进程以 fp32 构建模型时的加载峰值。
+
 # %%
 for gpus in (1, 8, 64):
     paper_bytes = memory.estimate(P13B, 2, gpus_per_node=gpus).gpu_bytes
     ds_bytes = memory.estimate(P13B, 2, gpus_per_node=gpus, accounting="deepspeed").gpu_bytes
-    print(f"ZeRO-2, 13B, {gpus:3d} GPUs: paper {units.format_bytes(paper_bytes)}  "
-          f"DeepSpeed {units.format_bytes(ds_bytes, 'GiB')} (= {units.format_bytes(ds_bytes)})")
+    print(tr(f"ZeRO-2, 13B, {gpus:3d} GPUs: paper {units.format_bytes(paper_bytes)}  "
+             f"DeepSpeed {units.format_bytes(ds_bytes, 'GiB')} (= {units.format_bytes(ds_bytes)})"))
 
 # %% [markdown]
 # ### Exercise 4: DeepSpeed's ZeRO-2 figure
@@ -289,6 +376,13 @@ for gpus in (1, 8, 64):
 # *Accepted:* an `int` or `float` within 1 % of DeepSpeed's figure; keep full precision (rounding to two decimals is
 # more than 1 % off for small models). Hidden tests call DeepSpeed's own `estimate_zero2_model_states_mem_needs` and
 # compare.
+
+# %% [markdown] lang="zh" en="5fef72717538"
+# ### 练习 4：DeepSpeed 的 ZeRO-2 数字
+#
+# 编写 `deepspeed_zero2_gib(params, gpus)`：DeepSpeed 的 ZeRO-2 估算函数打印出的每卡数字（不卸载（offload），单节点 `gpus` 张 GPU），单位为 **GiB**（2**30 字节），返回 float。
+#
+# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_deepspeed_zero2_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_zero2_gib(params, gpus):
@@ -358,6 +452,32 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
 # fp32 load peak on the host; and it prints GiB labelled "GB".
 
+# %% [markdown] lang="zh" en="9e2b48f1ee4a"
+# ## 小结
+#
+# - 混合精度 Adam 每个参数保存 2 + 2 + K 字节，K = 12（fp32 主权重、动量、方差）：共 16 字节，其中 16 位参数只占八分之一。
+# - ZeRO-1 切分优化器状态，ZeRO-2 再切分梯度，ZeRO-3 再切分参数。每张 GPU 的显存随 GPU 数量增加而下降：ZeRO-1 和 ZeRO-2 趋近一个下限（即它们保留的副本），ZeRO-3 趋近于零。
+# - "保留比例"不是常数：要按你实际的 GPU 数量来算。
+# - DeepSpeed 的估算函数多算了一份 fp32 梯度分片，并以 GiB 报告；论文用的是 GB。
+# - 模型状态并不是全部：激活值、通信桶和显存碎片还要另算。
+#
+# ## 面试题
+#
+# **问：为什么一个 fp16 模型训练时需要的显存远多于它的 fp16 权重？**
+# 答：训练还要保存 fp16 梯度和优化器状态：用 Adam 时是一份 fp32 主副本、动量和方差。论文的口径是每个参数 2 + 2 + 12 字节，是单单 fp16 权重的八倍。
+#
+# **问：13B 模型的 Adam 状态是 52 GB，对吧？**
+# 答：不对。52 GB 只是一个含 13B 个值的 fp32 张量。动量和方差是两个，fp32 主权重是第三个；用 `memory.estimate` 算一下（第 1 节）。
+#
+# **问：每个 ZeRO stage 各切分什么？显存紧张但网络较慢时，你会选哪个 stage？**
+# 答：Stage 1 切分优化器状态，stage 2 再切分梯度，stage 3 再切分参数。ZeRO-1 和 ZeRO-2 每步的通信量与 DDP 相同；ZeRO-3 大约是它的 1.5 倍（第 03 课），所以放得下时优先选 ZeRO-2。
+#
+# **问：ZeRO-1 能把显存降低 75% 吗？**
+# 答：只有在 GPU 数量很多的极限情况下才是，而且只针对模型状态。在 8 张 GPU 上，它保留的远多于四分之一，因为 fp16 参数和梯度仍在每张 GPU 上复制（第 3 节）。
+#
+# **问：为什么 DeepSpeed 的估算与论文不同？**
+# 答：它计入了一份 fp32 梯度分片（切分的部分是 18 字节而不是 14 字节），ZeRO-3 还计入最大的一层，主机端还计入 fp32 加载峰值；另外它打印的是标成 "GB" 的 GiB。
+
 # %% [markdown]
 # ## 5. Will it fit? Activations and the whole budget
 #
@@ -376,14 +496,26 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 #
 # `zerolab.activations` counts them term by term for a decoder's shape; `zerolab.models` has published shapes:
 
+# %% [markdown] lang="zh" en="159d54941e6d"
+# ## 5. 放得下吗？激活值与整体预算
+#
+# 模型状态是 ZeRO 切分的对象。训练还要保存**激活值**：前向传播存下来、供反向传播计算梯度用的张量。ZeRO 不切分激活值：每张 GPU 保存自己那个微批次（micro-batch）的激活值，它们随序列长度和微批次大小增长。
+#
+# Korthikanti 等人 2022 年的论文（"Reducing Activation Recomputation in Large Transformer Models"，第 4 节）统计了一个 GPT 层在 16 位下的激活值：sbh(34 + 5as/h) 字节，其中 s 是每条序列的 token 数，b 是每个微批次的序列数，h 是隐藏维度，a 是注意力头数。5as/h 这一项是 s x s 的注意力分数；融合（"flash"）注意力内核完全不保存它们。有两种用计算换显存的办法：
+#
+# - **选择性重计算**：在反向传播时重新计算注意力核心部分（去掉 s x s 那一项）；
+# - **完全重计算**（激活检查点）：只保存每一层的输入，在该层反向传播时把它的前向再跑一遍。
+#
+# `zerolab.activations` 按解码器的结构逐项统计激活值；`zerolab.models` 收录了已公开模型的结构：
+
 # %%
 from zerolab import activations, budget, models
 
 llama = models.preset("llama2-7b")
-print(f"{llama.name}: {units.format_count(llama.params())} parameters, {llama.layers} layers, hidden {llama.hidden}")
+print(tr(f"{llama.name}: {units.format_count(llama.params())} parameters, {llama.layers} layers, hidden {llama.hidden}"))
 for recompute in activations.RECOMPUTE:
     act = activations.activation_memory(llama, 4096, 1, "bf16", "flash", recompute)
-    print(f"recompute {recompute:9s}: {units.format_bytes(act.total_bytes):>9} of activations per sequence of 4096 tokens")
+    print(tr(f"recompute {recompute:9s}: {units.format_bytes(act.total_bytes):>9} of activations per sequence of 4096 tokens"))
 
 # %% [markdown]
 # With flash attention there are no scores left to drop, so selective recomputation saves almost nothing here;
@@ -395,6 +527,13 @@ for recompute in activations.RECOMPUTE:
 # sees every tensor autograd keeps for backward. Here is the tiny GPT block that lesson 06 trains, next to
 # zerolab's accounting of that block (`real_block`: the paper's terms plus what torch really keeps on a CPU,
 # listed in `zerolab.activations`' docstring):
+
+# %% [markdown] lang="zh" en="7164f02f3cf5"
+# 有了 flash attention，已经没有注意力分数可省，所以这里选择性重计算几乎省不了什么；完全重计算则能省下绝大部分。把这些数字与第 2 节的模型状态对比一下。
+#
+# ### 实测，而不只是建模
+#
+# 这些数字都与真实的 torch 模块核对过：一个钩子（`torch.autograd.graph.saved_tensors_hooks`）能看到 autograd 为反向传播保存的每一个张量。下面是第 06 课训练的那个小型 GPT block，旁边是 zerolab 对这个 block 的统计（`real_block`：论文中的各项，加上 torch 在 CPU 上实际保存的内容，详见 `zerolab.activations` 的 docstring）：
 
 # %%
 import torch
@@ -409,7 +548,7 @@ causal = torch.triu(torch.ones(spec.seq_len, spec.seq_len, dtype=torch.bool), di
 measured, _ = saved_bytes(block, block, x, causal)
 tiny = models.Decoder("tiny", 1, spec.width, spec.heads, 4 * spec.width, spec.vocab, dropout=False)
 counted = activations.activation_memory(tiny, spec.seq_len, 4, "fp32", "torch_mha", accounting="real_block")
-print(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_bytes:,} bytes")
+print(tr(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_bytes:,} bytes"))
 
 # %% [markdown]
 # ### The whole budget of one GPU
@@ -417,6 +556,11 @@ print(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_bytes
 # Will it fit is a question about the sum: model states, activations, the gradient buckets that communication
 # fills (lesson 03), the CUDA context and the allocator's fragmentation (the last two are stated allowances,
 # see `zerolab.budget`). `budget.budget` gives each as a line:
+
+# %% [markdown] lang="zh" en="06b542ee18f1"
+# ### 一张 GPU 的整体预算
+#
+# 放不放得下，看的是总和：模型状态、激活值、通信时填充的梯度桶（第 03 课）、CUDA 上下文以及分配器的显存碎片（后两项是设定的预留量，见 `zerolab.budget`）。`budget.budget` 把每一项列成一行：
 
 # %%
 plan = budget.budget(llama, 2, 4096, 1, gpus_per_node=8, recompute="full")
@@ -427,6 +571,9 @@ print(f"{'total per GPU':22s} {units.format_bytes(plan.gpu_bytes):>9}")
 # %% [markdown]
 # The memory explorer again, now with the whole budget: change the sequence length, the micro-batch and the
 # recomputation. Where widgets cannot render you see recompute none, selective and full side by side.
+
+# %% [markdown] lang="zh" en="ba1886ee1f1a"
+# 再看一次显存探索器（memory explorer），这次显示的是整体预算：可以调整序列长度、微批次大小和重计算方式。在无法显示控件的环境中，你会看到不重计算（none）、选择性重计算（selective）和完全重计算（full）的并排对比。
 
 # %%
 from zerolab import widgets
@@ -441,6 +588,11 @@ widgets.memory_explorer(params="llama2-7b", gpus=8, seq_len=4096, micro_batch=1)
 # recompute=recompute).gpu_bytes`, is at most `gpu_bytes` (no offload, the defaults for everything else).
 # Return an `int`, and 0 when not even one sequence fits. The cell after it checks your function against
 # `zerolab fit`; hidden tests check other models, GPUs and stages.
+
+# %% [markdown] lang="zh" en="3bfa61c89fb1"
+# ### 练习 5：放得下吗？
+#
+# 编写 `largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute)`：返回最大的微批次，使每张 GPU 的整体预算 `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus, recompute=recompute).gpu_bytes` 不超过 `gpu_bytes`（不卸载，其余参数都用默认值）。返回一个 `int`；连一条序列都放不下时返回 0。下一个单元格会把你的函数与 `zerolab fit` 对照检查；隐藏测试还会检查其他模型、GPU 和 stage。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_largest_micro_batch", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
@@ -497,6 +649,9 @@ for _name, _seq, _gpu, _gpus, _stage, _recompute in (
 # recomputation and compare its micro-batch with yours. `--emit-config N` prints a ds_config for row N that
 # `zerolab check` accepts.
 
+# %% [markdown] lang="zh" en="f9a7956cb626"
+# 命令行能一次回答所有 stage、卸载方式和重计算方式下的同一个问题，并排好序（通信量最少的在前），还会给出每个被否决的配置放不下的原因；找到 ZeRO-2 + 完全重计算那一行，把它的微批次和你的结果比一比。`--emit-config N` 会为第 N 行打印一份能通过 `zerolab check` 的 ds_config。
+
 # %%
 from zerolab.cli import main as zerolab_cli
 
@@ -509,6 +664,11 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 # - "Will it fit" is the sum of model states, activations, buckets and allowances; `zerolab fit` adds them up
 #   for every setup and finds the largest micro-batch of each.
 
+# %% [markdown] lang="zh" en="68085895287c"
+# - 激活值是按 GPU、按微批次计算的：ZeRO 不切分它们。它们随序列长度增长（如果注意力内核保存分数，还会随序列长度的平方增长）。
+# - 完全重计算只保存每一层的输入，代价是多一次前向计算。
+# - "放得下吗"看的是模型状态、激活值、桶和预留量的总和；`zerolab fit` 为每种配置把它们加起来，并找出每种配置的最大微批次。
+
 # %% [markdown]
 # ## References
 #
@@ -517,3 +677,9 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 #   communication volume).
 # - DeepSpeed 0.19.8's estimators: `estimate_zero2_model_states_mem_needs` in `deepspeed/runtime/zero/stage_1_and_2.py`
 #   and `estimate_zero3_model_states_mem_needs` in `deepspeed/runtime/zero/stage3.py`.
+
+# %% [markdown] lang="zh" en="4d959fa150de"
+# ## 参考文献
+#
+# - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20, arXiv:1910.02054（第 3.1 节：2 + 2 + K 字节；第 5 节与图 1：每卡数字；第 7 节：通信量）。
+# - DeepSpeed 0.19.8 的估算函数：`deepspeed/runtime/zero/stage_1_and_2.py` 中的 `estimate_zero2_model_states_mem_needs`，以及 `deepspeed/runtime/zero/stage3.py` 中的 `estimate_zero3_model_states_mem_needs`。

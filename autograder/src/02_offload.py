@@ -1,6 +1,9 @@
 # %% [markdown]
 # # Lesson 02: CPU and NVMe offload
 
+# %% [markdown] lang="zh" en="0bf0ad688c94"
+# # 第 02 课：CPU 与 NVMe 卸载（offload）
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -13,10 +16,23 @@
 #
 # All numbers come from `zerolab.memory` and `zerolab.comm`.
 
+# %% [markdown] lang="zh" en="610e4c67c043"
+# ## 学习目标
+#
+# 学完本课，你能够：
+#
+# - 说出 ZeRO-Offload 把哪些模型状态移到主机内存，以及 GPU 上还剩多少；
+# - 算出每个优化器步（optimizer step）经过 PCIe 传输的数据量，包括有和没有梯度累积两种情况；
+# - 估算 DeepSpeed 需要的主机内存，并解释它为什么随每个节点的 GPU 数量增长；
+# - 解释 `pin_memory`，以及卸载什么时候划算、什么时候不划算。
+#
+# 所有数字都来自 `zerolab.memory` 和 `zerolab.comm`。
+
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
 from zerolab import comm, memory, units
+from zerolab.i18n import tr
 from zerolab.units import GB, GiB
 
 P13B = units.parse_count("13B")
@@ -35,11 +51,18 @@ P13B = units.parse_count("13B")
 #
 # Below, for a 13B model on 8 GPUs: the totals, then what each part is and where it lives (paper accounting).
 
+# %% [markdown] lang="zh" en="a89b6438c492"
+# ## 1. 什么被移到了主机上
+#
+# `offload_optimizer: {"device": "cpu"}`（ZeRO-Offload）在 CPU 上执行优化器步。因此优化器的 fp32 状态（主权重、动量、方差）存放在主机内存中；而且在任何 stage 下（ZeRO-1 也一样），每张 GPU 所负责的梯度分片都会被拷贝到主机，DeepSpeed 在主机上把它保存为 **fp32** 梯度分片，供 CPU 优化器使用。使用梯度累积时，主机上还有 16 位的累积缓冲区（默认是锁页内存），下面的明细没有计入它们。GPU 上保留前向和反向传播所需的 16 位参数。NVMe 卸载（ZeRO-Infinity）需要 stage 3，`offload_param` 也一样。在 stage 3 以下，DeepSpeed 0.19.8 接受优化器的 `device: "nvme"`，但会悄悄把它当作 CPU 卸载处理（`stage_1_and_2.py` 中的 stage 1/2 优化器只要 device 不是 `none` 就卸载到 CPU）：状态最终落在主机内存里。
+#
+# 下面是 13B 模型在 8 张 GPU 上的情况：先是总量，然后是每一部分是什么、放在哪里（论文的口径）。
+
 # %%
 for device in ("none", "cpu"):
     est = memory.estimate(P13B, 2, gpus_per_node=8, offload_optimizer=device)
-    print(f"ZeRO-2, offload_optimizer={device}: GPU {units.format_bytes(est.gpu_bytes)} per GPU, "
-          f"host {units.format_bytes(est.cpu_bytes)} per node")
+    print(tr(f"ZeRO-2, offload_optimizer={device}: GPU {units.format_bytes(est.gpu_bytes)} per GPU, "
+             f"host {units.format_bytes(est.cpu_bytes)} per node"))
     for place, parts in est.breakdown.items():
         for part, nbytes in parts.items():
             print(f"    {place:4s} {part:18s} {units.format_bytes(nbytes):>9s}")
@@ -50,6 +73,11 @@ for device in ("none", "cpu"):
 # Write `offload_split(params, gpus)`: for ZeRO-2 with CPU optimizer offload on one node of `gpus` GPUs
 # (paper accounting, fp16 Adam), return `{"gpu": bytes per GPU, "host": bytes of host RAM per node}`.
 # Hidden tests compare it with `memory.estimate` for other sizes and GPU counts.
+
+# %% [markdown] lang="zh" en="d11587034591"
+# ### 练习 1：GPU 与主机之间的划分
+#
+# 编写 `offload_split(params, gpus)`：对单节点 `gpus` 张 GPU、开启 CPU 优化器卸载的 ZeRO-2（论文的口径，fp16 Adam），返回 `{"gpu": 每张 GPU 的字节数, "host": 每个节点的主机内存字节数}`。隐藏测试会在其他模型规模和 GPU 数量下把它与 `memory.estimate` 比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_offload_split", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def offload_split(params, gpus):
@@ -95,12 +123,17 @@ for _params in (1_300_000_000, 70_000_000_001):
 # number: **host RAM**. DeepSpeed's estimate counts every process building the model in fp32 at load time, times
 # its `additional_buffer_factor`:
 
+# %% [markdown] lang="zh" en="b10eefce621f"
+# ### 一个常见说法："ZeRO-2 + offload ≈ 29GB"（13B 模型）
+#
+# 没有任何来源给出过 29 GB。DeepSpeed 的估算函数说，留在 GPU 上的是 fp16 参数；29 GB 只能是这部分再加上一些缓冲区或激活值，而这些没有哪个估算函数会计入。这个说法还漏掉了更大的那个数字：**主机内存**。DeepSpeed 的估算计入了每个进程在加载时以 fp32 构建模型的开销，再乘以它的 `additional_buffer_factor`：
+
 # %%
-print("DeepSpeed's default additional_buffer_factor:", memory.DEFAULT_BUFFER_FACTOR)
+print(tr("DeepSpeed's default additional_buffer_factor:"), memory.DEFAULT_BUFFER_FACTOR)
 for gpus in (1, 8):
     est = memory.estimate(P13B, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
-    print(f"13B, ZeRO-2 + CPU offload, {gpus} GPU(s): GPU {units.format_bytes(est.gpu_bytes, 'GiB')} per GPU, "
-          f"host {units.format_bytes(est.cpu_bytes, 'GiB')} per node")
+    print(tr(f"13B, ZeRO-2 + CPU offload, {gpus} GPU(s): GPU {units.format_bytes(est.gpu_bytes, 'GiB')} per GPU, "
+             f"host {units.format_bytes(est.cpu_bytes, 'GiB')} per node"))
 
 # %% [markdown]
 # ### Exercise 2: DeepSpeed's host RAM figure
@@ -113,6 +146,13 @@ for gpus in (1, 8):
 # Note "every GPU process in the job": DeepSpeed's code multiplies by the GPUs of **all** nodes although the figure
 # is per node (its docs say GPUs per node), so for several nodes it over-estimates each node's RAM. Reproduce the
 # code, not the docs. Hidden tests call DeepSpeed's `estimate_zero2_model_states_mem_needs` itself.
+
+# %% [markdown] lang="zh" en="b37a64d57e93"
+# ### 练习 2：DeepSpeed 的主机内存数字
+#
+# 编写 `deepspeed_host_gib(params, gpus_per_node, nodes)`：在开启 CPU 优化器卸载、使用默认缓冲系数（上面已打印）时，DeepSpeed 的 ZeRO-2 估算函数给出的每个节点的主机内存，单位为 GiB。它的规则是：取卸载的 fp32 状态（参数、梯度、动量、方差各 4 字节）与 fp32 加载峰值（作业中每个 GPU 进程每个参数 4 字节）两者中的较大者，再乘以缓冲系数。
+#
+# 注意"作业中每个 GPU 进程"：DeepSpeed 的代码乘的是**所有**节点的 GPU 数，尽管这个数字是按节点给出的（其文档写的是每个节点的 GPU 数），所以多节点时它会高估每个节点的内存。请复现代码的行为，而不是文档的说法。隐藏测试会直接调用 DeepSpeed 的 `estimate_zero2_model_states_mem_needs`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_deepspeed_host_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_host_gib(params, gpus_per_node, nodes):
@@ -156,14 +196,22 @@ for _params in (350_000_000, 6_700_000_001):
 # to a host accumulation buffer, and from the second micro-step on that buffer first comes back to the GPU to be
 # added to.
 
+# %% [markdown] lang="zh" en="07f05c6b6e3b"
+# ## 2. 每步经过 PCIe 传输什么
+#
+# 按 DeepSpeed 0.19.8 的口径（读自 `stage_1_and_2.py`，并由 `zerolab.run.meter` 在实际运行中实测，见第 06 课）：使用 ZeRO-2 加 CPU 卸载时，在梯度累积边界上，每张 GPU **在 GPU 上**把归约后的梯度分片转换为 **fp32**，再拷贝到主机（每个值 4 字节），CPU 执行 Adam，然后更新后的 16 位参数分片传回来（随后由 ZeRO-2 的 all-gather 分发给其他 GPU）。ZeRO-2 在**每个微步**（micro-step）都会归约梯度，所以使用梯度累积时，每个微步还要把 16 位梯度发送到主机上的累积缓冲区；从第二个微步开始，这个缓冲区要先传回 GPU，再在其上累加。
+
 # %%
 for grad_accum in (1, 4, 16):
     t = comm.traffic(P13B, 2, 8, grad_accum=grad_accum, offload_optimizer="cpu")
-    print(f"13B, 8 GPUs, grad_accum={grad_accum:2d}: to host {units.format_bytes(t.device_to_host_bytes)}, "
-          f"to GPU {units.format_bytes(t.host_to_device_bytes)} per GPU per step")
+    print(tr(f"13B, 8 GPUs, grad_accum={grad_accum:2d}: to host {units.format_bytes(t.device_to_host_bytes)}, "
+             f"to GPU {units.format_bytes(t.host_to_device_bytes)} per GPU per step"))
 
 # %% [markdown]
 # Explore it: model size, GPUs, accumulation and the host link. Where widgets cannot render, you see the static figure.
+
+# %% [markdown] lang="zh" en="63f2e58a91e8"
+# 动手试试：模型规模、GPU 数量、累积步数和主机链路。在无法显示控件的环境中，你会看到静态图。
 
 # %%
 from zerolab import widgets
@@ -177,6 +225,11 @@ widgets.offload_explorer(params="13B", world_size=8, grad_accum=4)
 # GPUs, the bytes **one GPU** moves per optimizer step in DeepSpeed 0.19.8's accounting (section 2), as
 # `{"to_host": ..., "to_gpu": ...}`. Count each GPU's partition as `params / gpus` values.
 # Hidden tests compare with `comm.traffic`.
+
+# %% [markdown] lang="zh" en="c6de1141b325"
+# ### 练习 3：每步的 PCIe 字节数
+#
+# 编写 `pcie_bytes(params, gpus, grad_accum)`：在 `gpus` 张 GPU 上用 fp16 训练、ZeRO-2 加 CPU 优化器卸载时，按 DeepSpeed 0.19.8 的口径（第 2 节），**一张 GPU** 每个优化器步传输的字节数，返回 `{"to_host": ..., "to_gpu": ...}`。每张 GPU 的分片按 `params / gpus` 个值计算。隐藏测试会与 `comm.traffic` 比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_pcie_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def pcie_bytes(params, gpus, grad_accum):
@@ -227,9 +280,16 @@ for _params in (1_300_000_000, 13_000_000_001):
 # (below, one direction, x16), and GPU memory bandwidth on the GPU. The point stands: the host link is one or two
 # orders of magnitude slower than GPU memory, so offload must move as little as possible and overlap it.
 
+# %% [markdown] lang="zh" en="80d4715104e0"
+# ## 3. 卸载划算吗？
+#
+# ### 一个常见说法："PCIe 约 16GB/s，而显存带宽是 900GB/s"
+#
+# 这只对一种组合成立：PCIe 3.0 搭配 V100 的 HBM2。主机链路的带宽取决于 PCIe 代数（下面是单向、x16 的数字），显存带宽则取决于 GPU。但结论没错：主机链路比显存慢一到两个数量级，所以卸载必须尽量少传数据，并让传输与计算重叠。
+
 # %%
 for name in ("pcie3", "pcie4", "pcie5"):
-    print(f"{name}: {comm.bandwidth(name) / GB:.2f} GB/s per direction")
+    print(tr(f"{name}: {comm.bandwidth(name) / GB:.2f} GB/s per direction"))
 
 # %% [markdown]
 # ### Exercise 4: seconds on the host link
@@ -241,6 +301,11 @@ for name in ("pcie3", "pcie4", "pcie5"):
 # `comm.traffic(params, 2, gpus, grad_accum=grad_accum, offload_optimizer="cpu")` (its `device_to_host_bytes` and
 # `host_to_device_bytes`). *Accepted:* a float or int of seconds, within 1e-6 relative. Hidden tests compare with
 # `comm.transfer_time` of `comm.traffic`.
+
+# %% [markdown] lang="zh" en="d44af8f8cd93"
+# ### 练习 4：主机链路上的耗时（秒）
+#
+# 编写 `pcie_seconds(params, gpus, grad_accum, link)`：在没有任何重叠的情况下，一张 GPU 每个优化器步在 `link`（如 `"pcie4"` 这样的名字；用 `comm.bandwidth(link)` 得到每秒字节数）上传输其卸载流量所花的秒数。字节数按 DeepSpeed 0.19.8 口径下、ZeRO-2 加 CPU 优化器卸载计算：可以用你在练习 3 中写的 `pcie_bytes`，也可以为了让本练习自成一体，使用 `comm.traffic(params, 2, gpus, grad_accum=grad_accum, offload_optimizer="cpu")`（它的 `device_to_host_bytes` 和 `host_to_device_bytes`）。*可接受的答案：* 一个以秒为单位的 float 或 int，相对误差在 1e-6 以内。隐藏测试会与 `comm.transfer_time` 按 `comm.traffic` 的字节数算出的时间比较。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_pcie_seconds", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def pcie_seconds(params, gpus, grad_accum, link):
@@ -276,13 +341,18 @@ for _link in ("pcie3", "pcie5", "20GB/s"):
 # shrink relative to compute as the batch (compute per step) grows. Below: the step time of ZeRO-2 on 8 GPUs with
 # and without offload, for a short and a long compute time (CPU Adam's own time is not modelled):
 
+# %% [markdown] lang="zh" en="53af6e329be9"
+# ### 一个常见说法："CPU 卸载会让训练慢 2-5 倍"
+#
+# 不存在固定的倍数，DeepSpeed 的资料里也没有给出过（它介绍 ZeRO-Offload 的文章说的是"具有竞争力的吞吐量"）。代价来自没能被计算掩盖的主机流量，加上 CPU 上的 Adam 步；随着 batch（每步的计算量）增大，这两者相对于计算都会变小。下面是 ZeRO-2 在 8 张 GPU 上开启和不开启卸载时的每步耗时，分别对应较短和较长的计算时间（没有对 CPU Adam 本身的耗时建模）：
+
 # %%
 for compute_s in (0.5, 8.0):
     base = comm.step_time(comm.traffic(P13B, 2, 8), compute_s, link="ib-hdr", overlap_comm=True)
     off = comm.step_time(comm.traffic(P13B, 2, 8, offload_optimizer="cpu"), compute_s, link="ib-hdr",
                          overlap_comm=True)
-    print(f"compute {compute_s:3.1f} s: step {base.total_s:5.2f} s without offload, {off.total_s:5.2f} s with "
-          f"(x{off.total_s / base.total_s:.2f})")
+    print(tr(f"compute {compute_s:3.1f} s: step {base.total_s:5.2f} s without offload, {off.total_s:5.2f} s with "
+             f"(x{off.total_s / base.total_s:.2f})"))
 
 # %% [markdown]
 # ## 4. pin_memory
@@ -292,6 +362,11 @@ for compute_s in (0.5, 8.0):
 # until PR #8207 (August 2026), so older tutorials tell you to switch it on. Pinned memory is not extra memory, it is part of the host RAM counted above, but it cannot be swapped
 # out: on hosts with little RAM (Colab, WSL2) or a tight `ulimit -l` it is a common cause of the process being
 # killed (exit code -9). There, set `"pin_memory": false` explicitly, or keep more on the GPU.
+
+# %% [markdown] lang="zh" en="067a20a0c4af"
+# ## 4. pin_memory
+#
+# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页内存并不是额外的内存，它就是上面计入的主机内存的一部分，但它不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。
 
 # %% [markdown]
 # ## Summary
@@ -327,3 +402,29 @@ for compute_s in (0.5, 8.0):
 # **Q: When would you pick NVMe offload?**
 # A: When host RAM cannot hold the optimizer state (or the parameters): it needs ZeRO-3 (ZeRO-Infinity) and fast
 # NVMe, and trades host RAM for much slower storage traffic.
+
+# %% [markdown] lang="zh" en="276bca290a49"
+# ## 小结
+#
+# - ZeRO-Offload 把 fp32 优化器状态（从 ZeRO-2 起还有梯度分片）移到主机内存，并在 CPU 上执行 Adam；GPU 保留 16 位参数。NVMe 卸载和参数卸载需要 ZeRO-3。
+# - 要检查的是主机内存：DeepSpeed 的估算随每个节点的 GPU 进程数增长（fp32 加载峰值）。
+# - 每一步中，每张 GPU 在每个微步都把自己的梯度分片发送到主机，并在每个优化器步取回一次自己的参数分片。
+# - 卸载划不划算，取决于每步的计算量与主机流量以及 CPU 速度之间的对比：不存在固定的减速倍数。
+# - `pin_memory` 在 0.19.8 中默认为 true：速度快，但会锁住主机内存；在小内存主机上请关掉它。
+#
+# ## 面试题
+#
+# **问：使用 ZeRO-2 加 CPU 卸载时，什么留在 GPU 上，什么移到 CPU 上？**
+# 答：16 位参数（以及激活值）留在 GPU 上。fp32 主权重、动量和方差存放在主机内存中，GPU 的梯度分片也被拷贝过去，由 CPU 执行 Adam 步。
+#
+# **问：你的 ZeRO-2 卸载任务在创建优化器时被 -9 杀掉了。为什么？**
+# 答：是主机内存不够，不是显存：每个进程都以 fp32 构建模型，卸载的状态每个参数至少 16 字节，而锁页内存不能被换出。查看 DeepSpeed 对主机内存的估算，在小内存主机上设置 `pin_memory: false`，或者减少每个节点的进程数。
+#
+# **问：每步有多少数据经过 PCIe？梯度累积会怎样改变它？**
+# 答：在 DeepSpeed 0.19.8 中，每张 GPU 在累积边界以 fp32（每个值 4 字节）发送自己的梯度分片，并在每个优化器步接收一次自己的 16 位参数分片；使用梯度累积时，每个微步的 16 位梯度还要发送到主机缓冲区，并从第二个微步起传回 GPU 进行累加（练习 3）。
+#
+# **问：CPU 卸载总是慢 2-5 倍吗？**
+# 答：不存在固定的倍数。它取决于 batch 大小（每步的计算量）、PCIe 代数、是否使用锁页内存以及 CPU 核数；DeepSpeed 在自己的基准测试中报告的是具有竞争力的吞吐量。
+#
+# **问：什么时候会选择 NVMe 卸载？**
+# 答：当主机内存放不下优化器状态（或参数）时：它需要 ZeRO-3（ZeRO-Infinity）和高速 NVMe，用慢得多的存储流量换取主机内存。
