@@ -15,6 +15,7 @@ so an English cell edited later shows up as stale. Code cells carry no language:
     python autograder/editions.py --stamp FILE...  # after updating the Chinese text: record the English hashes
 """
 import argparse
+import copy
 import hashlib
 import re
 import sys
@@ -66,9 +67,11 @@ def problems(nb, where):
 
 
 def edition(nb, language):
-    """The lesson in one language: English drops the Chinese cells; Chinese puts each in place of its English."""
+    """A copy of the lesson in one language: English drops the Chinese cells; Chinese puts each in place of its
+    English."""
     if language not in LANGUAGES:
         raise ValueError(f"language must be one of {', '.join(LANGUAGES)}, not {language!r}")
+    nb = copy.deepcopy(nb)
     cells = []
     for index, cell in enumerate(nb.cells):
         if is_chinese(cell):
