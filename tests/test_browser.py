@@ -6,6 +6,7 @@ traceback and the console no error from the widgets; lesson 01 is then saved and
 back, never "model not found") and opened in Notebook 7. Screenshots go to tests/artifacts/browser/ (ignored
 by git). Needs `bash scripts/setup.sh --grading` (chromium, Playwright, the students' Jupyter configuration).
 """
+import json
 import os
 import re
 import shutil
@@ -127,16 +128,21 @@ def run_all(page, name):
         raise
 
 
+def shut_down_kernels(url):
+    """Closing a page leaves its kernel running: stop them all, so that the next lesson has the 2 cores to itself."""
+    for session in json.load(urllib.request.urlopen(f"{url}/api/sessions?token={TOKEN}", timeout=30)):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{url}/api/sessions/{session['id']}?token={TOKEN}", method="DELETE"), timeout=60)
+
+
 def keep_state(page, stem):
     """A failure's evidence: a screenshot and, for every notebook in the page, each code cell's prompt and output."""
-    import json
-
     panels = page.evaluate("""() => [...document.querySelectorAll('.jp-NotebookPanel')].map(panel => ({
         front: !panel.classList.contains('lm-mod-hidden'),
         kernel: (panel.querySelector('.jp-Notebook-ExecutionIndicator') || {dataset: {}}).dataset.status,
         cells: [...panel.querySelectorAll('.jp-CodeCell')].map(cell => [
             (cell.querySelector('.jp-InputPrompt') || {}).textContent,
-            (cell.querySelector('.jp-OutputArea') || {innerText: ''}).innerText.slice(0, 300)])}))""")
+            (cell.querySelector('.jp-OutputArea') || {textContent: ''}).textContent.slice(0, 300)])}))""")
     (ARTIFACTS / f"{stem}.json").write_text(json.dumps(panels, indent=1))
     page.screenshot(path=str(ARTIFACTS / f"{stem}.png"), full_page=True)
 
@@ -193,6 +199,7 @@ def test_lesson_runs_in_jupyterlab_with_one_live_widget(lab, browser, name):
     page.keyboard.press("Control+s")
     page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=20_000)
     page.close()
+    shut_down_kernels(url)
 
 
 def test_saved_lesson_reopens_with_its_figure_in_jupyterlab_and_notebook_7(lab, browser):
