@@ -6,6 +6,7 @@ traceback and the console no error from the widgets; lesson 01 is then saved and
 back, never "model not found") and opened in Notebook 7. Screenshots go to tests/artifacts/browser/ (ignored
 by git). Needs `bash scripts/setup.sh --grading` (chromium, Playwright, the students' Jupyter configuration).
 """
+import json
 import os
 import re
 import shutil
@@ -26,9 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
 LESSONS = ("01_where_memory_goes", "02_offload", "03_overlap_comm")
-# Lesson 02's Run All did not finish within RUN_TIMEOUT_MS in this stop's last runs (on a quiet machine too), after
-# lesson 01's test: not yet understood (a prompt of the hidden 01 tab in the page is one suspect). Issue 13 note.
-KNOWN_SLOW = {"02_offload"}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOKEN = "zerolab-browser-test"
@@ -85,37 +83,75 @@ def browser(tmp_path_factory):
         context.close()
 
 
+# The notebook in front; JupyterLab may keep other notebooks' tabs (hidden) in the page.
+FRONT = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+# Its tab is the lesson's, and its kernel is connected and idle. Run All before that silently skips every cell: while
+# the session has no kernel yet, JupyterLab clears each code cell's prompt to "[ ]" instead of running it.
+KERNEL_READY = f"""name => {{
+    const tab = document.querySelector('.lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel');
+    const status = document.querySelector('{FRONT} .jp-Notebook-ExecutionIndicator');
+    return tab && tab.textContent === name && status && status.getAttribute('data-status') === 'idle';
+}}"""
+RUN_FINISHED = f"""() => {{
+    const prompts = [...document.querySelectorAll('{FRONT} .jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
+    return prompts.length && !prompts.some(p => p.includes('*')) && /\\[\\d+\\]/.test(prompts[prompts.length - 1]);
+}}"""
+
+
 def open_notebook(context, url, path):
+    """Opens `path` ("lab/tree/..." or "notebooks/...") in a new page; JupyterLab in a workspace of its own, so that
+    no tab of an earlier test is restored next to it (each restored notebook would also start a kernel)."""
     page = context.new_page()
     errors = []
     page.on("console", lambda message: message.type == "error" and errors.append(message.text))
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(f"{url}/{path}?token={TOKEN}")
+    lab = path.startswith("lab/tree/")
+    address = path.replace("lab/tree/", f"lab/workspaces/test-{time.monotonic_ns()}/tree/") if lab else path
+    page.goto(f"{url}/{address}?token={TOKEN}")
     try:
         page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
-        if path.startswith("lab/"):  # Notebook 7 shows the kernel's state as an icon, not a word
-            page.wait_for_function("() => document.body.innerText.includes('Idle')", timeout=60_000)
+        if lab:  # Notebook 7 runs nothing here
+            page.wait_for_function(KERNEL_READY, arg=path.rsplit("/", 1)[-1], timeout=120_000)
     except Exception:
         page.screenshot(path=str(ARTIFACTS / f"failed-{path.replace('/', '-')}.png"))
         raise
     return page, errors
 
 
-def run_all(page):
+def run_all(page, name):
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
     page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-    page.wait_for_function("""() => {
-        const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
-        return prompts.length && !prompts.some(p => p.includes('*')) && /\\[\\d+\\]/.test(prompts[prompts.length - 1]);
-    }""", timeout=RUN_TIMEOUT_MS)
+    try:
+        page.wait_for_function(RUN_FINISHED, timeout=RUN_TIMEOUT_MS)
+    except Exception:
+        keep_state(page, f"failed-{name}-run-all")
+        raise
 
 
-# Only the notebook in front: JupyterLab keeps the other open lessons' tabs (hidden) in the page.
-VIEWS_PER_CELL = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')]
+def shut_down_kernels(url):
+    """Closing a page leaves its kernel running: stop them all, so that the next lesson has the 2 cores to itself."""
+    for session in json.load(urllib.request.urlopen(f"{url}/api/sessions?token={TOKEN}", timeout=30)):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{url}/api/sessions/{session['id']}?token={TOKEN}", method="DELETE"), timeout=60)
+
+
+def keep_state(page, stem):
+    """A failure's evidence: a screenshot and, for every notebook in the page, each code cell's prompt and output."""
+    panels = page.evaluate("""() => [...document.querySelectorAll('.jp-NotebookPanel')].map(panel => ({
+        front: !panel.classList.contains('lm-mod-hidden'),
+        kernel: (panel.querySelector('.jp-Notebook-ExecutionIndicator') || {dataset: {}}).dataset.status,
+        cells: [...panel.querySelectorAll('.jp-CodeCell')].map(cell => [
+            (cell.querySelector('.jp-InputPrompt') || {}).textContent,
+            (cell.querySelector('.jp-OutputArea') || {textContent: ''}).textContent.slice(0, 300)])}))""")
+    (ARTIFACTS / f"{stem}.json").write_text(json.dumps(panels, indent=1))
+    page.screenshot(path=str(ARTIFACTS / f"{stem}.png"), full_page=True)
+
+
+VIEWS_PER_CELL = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell')]
     .map(cell => [...cell.querySelectorAll('.jp-OutputArea-output .widget-vbox')]
         .filter(box => !box.parentElement.closest('.widget-vbox')).length)
     .filter(count => count > 0)"""
-FIGURE = "() => (document.querySelector('.widget-vbox .widget-output img') || {}).src || ''"
+FIGURE = f"() => (document.querySelector('{FRONT} .widget-vbox .widget-output img') || {{}}).src || ''"
 
 
 def widget_cells(name):
@@ -130,27 +166,30 @@ def course_errors(errors):
     return [text for text in errors if any(word in text.lower() for word in ("zerolab", "widget", "model not found"))]
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
-    strict=False, reason="Run All of lesson 02 after lesson 01 timed out in the browser (open, see issue 13's note)"))
-    if name in KNOWN_SLOW else name for name in LESSONS])
+@pytest.mark.parametrize("name", LESSONS)
 def test_lesson_runs_in_jupyterlab_with_one_live_widget(lab, browser, name):
     url, _ = lab
     page, errors = open_notebook(browser, url, f"lab/tree/{name}.ipynb")
-    assert page.locator(".jp-InputPlaceholder").count() >= 1, "the setup cell's source is folded"
-    run_all(page)
+    folded = page.locator(f"{FRONT} .jp-InputPlaceholder")
+    try:
+        folded.first.wait_for(state="attached", timeout=30_000)
+    except Exception:
+        keep_state(page, f"failed-{name}-setup-cell")
+        raise AssertionError("the setup cell's source is folded")
+    run_all(page, name)
     page.wait_for_function(FIGURE, timeout=30_000)
     assert page.evaluate(VIEWS_PER_CELL) == [1] * widget_cells(name), "each explorer must appear exactly once, in its cell"
     tracebacks = page.locator("[data-mime-type='application/vnd.jupyter.stderr']:has-text('Traceback')")
     assert tracebacks.count() == 0, tracebacks.first.inner_text()
     before = page.evaluate(FIGURE)
-    select = page.locator(".jp-OutputArea-output .widget-vbox").first.locator(".widget-dropdown select").last
+    select = page.locator(f"{FRONT} .jp-OutputArea-output .widget-vbox").first.locator(".widget-dropdown select").last
     # Off-screen cells are skipped by the browser (content-visibility): scroll there without waiting to be visible.
-    page.locator(".widget-vbox").first.evaluate("box => box.scrollIntoView({block: 'center'})")
+    page.locator(f"{FRONT} .widget-vbox").first.evaluate("box => box.scrollIntoView({block: 'center'})")
     select.wait_for(state="visible", timeout=30_000)
     current = select.evaluate("element => element.selectedIndex")
     select.select_option(index=0 if current else 1)
     page.wait_for_function(f"() => ({FIGURE})() && ({FIGURE})() !== {before!r}", timeout=30_000)
-    page.locator(".widget-vbox").first.screenshot(path=str(ARTIFACTS / f"{name}-jupyterlab-widget.png"))
+    page.locator(f"{FRONT} .widget-vbox").first.screenshot(path=str(ARTIFACTS / f"{name}-jupyterlab-widget.png"))
     page.screenshot(path=str(ARTIFACTS / f"{name}-jupyterlab.png"))
     assert "model not found" not in page.inner_text("body")
     assert course_errors(errors) == []
@@ -160,6 +199,7 @@ def test_lesson_runs_in_jupyterlab_with_one_live_widget(lab, browser, name):
     page.keyboard.press("Control+s")
     page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=20_000)
     page.close()
+    shut_down_kernels(url)
 
 
 def test_saved_lesson_reopens_with_its_figure_in_jupyterlab_and_notebook_7(lab, browser):
@@ -174,7 +214,7 @@ def test_saved_lesson_reopens_with_its_figure_in_jupyterlab_and_notebook_7(lab, 
         except Exception:
             page.screenshot(path=str(ARTIFACTS / f"failed-{shot}.png"))
             raise
-        page.locator(".widget-vbox").first.scroll_into_view_if_needed()
+        page.locator(f"{FRONT} .widget-vbox").first.scroll_into_view_if_needed()
         time.sleep(1)
         assert "model not found" not in page.inner_text("body")
         shown = page.evaluate(VIEWS_PER_CELL)  # a notebook may defer drawing cells far below the fold
