@@ -74,14 +74,17 @@ def _patterns(lang="zh"):
     """(regex of an English template, its translation), longest templates first so the most specific wins."""
     compiled = []
     for english, translated in sorted(catalog(lang).items(), key=lambda item: -len(item[0])):
-        if "{}" in english:
+        if "{}" in english and english.replace("{}", ""):  # a value alone is no template (and would recurse)
             parts = [re.escape(part) for part in english.split("{}")]
             compiled.append((re.compile("(.+?)".join(parts) + r"\Z", re.DOTALL), translated))
     return compiled
 
 
 def translate(text, lang="zh"):
-    """`text` in `lang` when a catalog has it, else unchanged."""
+    """`text` in `lang` when a catalog has it, else unchanged.
+
+    A template's values are translated too when a catalog has them: a message made of parts, such as
+    zerolab.checks' "{} is not right: {}" with the default name "your answer" and a hint, comes out whole."""
     if lang == "en" or not isinstance(text, str):
         return text
     exact = catalog(lang).get(text)
@@ -90,7 +93,7 @@ def translate(text, lang="zh"):
     for pattern, translated in _patterns(lang):
         match = pattern.match(text)
         if match:
-            return translated.format(*match.groups())
+            return translated.format(*(translate(value, lang) for value in match.groups()))
     return text
 
 
