@@ -105,7 +105,10 @@ def tr(text):
 def _translated_assertion(shell, etype, value, tb, tb_offset=None):
     if value.args and isinstance(value.args[0], str):
         value.args = (tr(value.args[0]),) + value.args[1:]
-    return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    # IPython discards what a custom handler returns: the handler must show the error itself, or the kernel sends
+    # no error output and nbgrader, which grades by the error outputs, would count the failed test as passed.
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+    return []
 
 
 def activate():

@@ -1,0 +1,189 @@
+"""The Chinese edition's engine side: zerolab's own messages (checks' feedback, widget labels, plot text) have
+catalog entries, the plots render in Chinese with no missing glyph, and a real kernel running a Chinese notebook
+turns a checks helper's failure into Chinese while the same notebook without the language gives English."""
+import ast
+import io
+import itertools
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import zerolab.i18n
+from zerolab import checks, fonts, plots
+from zerolab.i18n import catalog, translate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lesson_messages import template  # noqa: E402
+
+ZEROLAB = Path(zerolab.i18n.__file__).resolve().parent
+CATALOG = ZEROLAB / "locale" / "zh" / "zerolab.json"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def variants(node):
+    """Every catalog key a message expression can produce: a conditional gives both branches; None when a part is
+    not a literal."""
+    if isinstance(node, ast.IfExp):
+        return variants(node.body) | variants(node.orelse)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return {None if None in (left, right) else left + right
+                for left, right in itertools.product(variants(node.left), variants(node.right))}
+    return {template(node)}
+
+
+def engine_messages():
+    """[(file:line, keys)] of every AssertionError raised or asserted in zerolab/checks.py and every tr() call with
+    a literal argument in zerolab/."""
+    found = []
+    for path in sorted(ZEROLAB.rglob("*.py")):
+        where = path.relative_to(ZEROLAB.parent)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            message = None
+            if path.name == "checks.py" and isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) \
+                    and getattr(node.exc.func, "id", None) == "AssertionError":
+                message = node.exc.args[0]
+            elif path.name == "checks.py" and isinstance(node, ast.Assert) and node.msg is not None:
+                message = node.msg
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr" and node.args \
+                    and isinstance(node.args[0], (ast.Constant, ast.JoinedStr, ast.BinOp, ast.IfExp)):
+                message = node.args[0]
+            if message is not None:
+                found.append((f"{where}:{node.lineno}", variants(message)))
+    return found
+
+
+def placeholders(text):
+    return len(re.findall(r"\{\d*\}", text))
+
+
+def test_every_engine_message_has_a_catalog_entry():
+    found = engine_messages()
+    assert sum(1 for where, _ in found if where.startswith("zerolab/checks.py")) >= 25  # the scan sees checks.py
+    assert any(where.startswith("zerolab/plots.py") for where, _ in found)
+    zh = catalog("zh")
+    missing = [(where, key) for where, keys in found for key in keys if key not in zh]
+    assert not missing, f"not in zerolab/locale/zh/zerolab.json: {missing}"
+
+
+def test_catalog_format_and_placeholders():
+    text = CATALOG.read_text(encoding="utf-8")
+    entries = json.loads(text)
+    assert text == json.dumps(entries, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+    for english, chinese in entries.items():
+        assert placeholders(chinese) == english.count("{}"), english
+        assert chinese.strip() and chinese != english, english
+
+
+def test_a_templates_values_are_translated_with_it():
+    # The default name and a catalogued hint inside a checks message come out in Chinese too.
+    with pytest.raises(AssertionError) as raised:
+        checks.close_to(12, 10, "your answer", 1e-3, "GB", hint="True/False is not a number")
+    english = raised.value.args[0]
+    assert english == "your answer is not right: True/False is not a number"
+    assert translate(english) == "你的答案 不对：True/False 不是数值"
+    assert translate(english, "en") == english
+
+
+@pytest.fixture
+def chinese(monkeypatch):
+    """A Chinese-edition process: ZEROLAB_LANG=zh and the CJK font; matplotlib's settings restored afterwards."""
+    import matplotlib
+
+    monkeypatch.setenv("ZEROLAB_LANG", "zh")
+    zerolab.i18n.language.cache_clear()
+    with matplotlib.rc_context():
+        yield
+    zerolab.i18n.language.cache_clear()
+
+
+def _run_result():
+    """A RunResult shaped as lesson 06's runs (2 CPU ranks, ZeRO-2): only its text is under test here, so the
+    'measured' bytes are the prediction itself rather than a real run (tests/test_run_measure.py runs those)."""
+    from zerolab.run.report import RunResult, predict
+
+    predicted = predict(10**6, 2, 2, "none", "none", "fp32", 10**5)
+    rank = dict(predicted, peak_memory_bytes=10**8, step_time_s=0.1)
+    setup = dict(stage=2, offload_optimizer="none", offload_param="none", precision="fp32", ranks=2, device="cpu",
+                 params=10**6, steps=2, model="tiny")
+    return RunResult(config={}, setup=setup, ranks=[dict(rank, rank=0), dict(rank, rank=1)], predicted=predicted)
+
+
+FIGURES = {  # the figures lessons draw (through zerolab.widgets' static views and lesson 06)
+    "memory_by_stage": lambda: plots.memory_by_stage("13B", (1, 8, 64)),
+    "memory_by_stage_deepspeed": lambda: plots.memory_by_stage("13B", (8,), accounting="deepspeed"),
+    "budget_by_stage": lambda: plots.budget_by_stage("llama2-7b", 8, 4096, 1, ("none", "selective", "full")),
+    "offload_traffic": lambda: plots.offload_traffic("13B", 8, 4),
+    "overlap_timeline": lambda: plots.overlap_timeline("13B", 2, 8, 1.0, link="ib-hdr"),
+    "measured_vs_predicted": lambda: plots.measured_vs_predicted([_run_result()]),
+}
+
+
+def _texts(fig):
+    """The figure's titles, axis labels and legend entries (what tr() covers), without empty ones."""
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax.xaxis.label, ax.yaxis.label]
+        if ax.get_legend():
+            texts += ax.get_legend().get_texts()
+    for legend in fig.legends:
+        texts += legend.get_texts()
+    return [text.get_text() for text in texts if text.get_text()]
+
+
+def _render(fig):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r"Glyph .* missing from font")
+        fig.savefig(io.BytesIO(), format="png", dpi=40)
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_chinese_figures_render_without_missing_glyphs(chinese, name):
+    assert fonts.use_cjk_font() is not None, "no CJK font: mplfonts (requirements.txt) is missing"
+    fig = FIGURES[name]()
+    texts = _texts(fig)
+    assert texts and all(CJK.search(text) for text in texts), [t for t in texts if not CJK.search(t)]
+    _render(fig)
+
+
+def test_the_glyph_check_can_fail(chinese):
+    # Without the CJK font the same Chinese figure has boxes for glyphs, and _render says so.
+    import matplotlib
+
+    matplotlib.rcParams["font.sans-serif"] = ["DejaVu Sans"]
+    matplotlib.rcParams["font.family"] = "sans-serif"
+    with pytest.raises(UserWarning, match="missing from font"):
+        _render(FIGURES["overlap_timeline"]())
+
+
+def _run_notebook(folder, metadata):
+    """Run a two-cell notebook in a real kernel, cwd `folder`; the evalue of the failing checks call."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(metadata=metadata)
+    nb.cells = [nbformat.v4.new_code_cell("import zerolab.i18n\nzerolab.i18n.activate()"),
+                nbformat.v4.new_code_cell("from zerolab.checks import whole\nwhole(3.0)")]
+    folder.mkdir()
+    nbformat.write(nb, str(folder / "lesson.ipynb"))
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    errors = [out for out in nb.cells[1].outputs if out.output_type == "error"]
+    assert len(errors) == 1 and errors[0].ename == "AssertionError", nb.cells[1].outputs
+    return errors[0].evalue
+
+
+@pytest.mark.slow
+def test_a_kernel_gives_checks_feedback_in_the_notebooks_language(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZEROLAB_LANG", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    with pytest.raises(AssertionError) as raised:
+        checks.whole(3.0)
+    english = raised.value.args[0]
+    chinese = _run_notebook(tmp_path / "zh", {"zerolab": {"language": "zh"}})
+    assert CJK.search(chinese) and "你的答案" in chinese and "3.0" in chinese
+    assert chinese == translate(english, "zh")
+    assert _run_notebook(tmp_path / "en", {}) == english
