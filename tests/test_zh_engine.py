@@ -187,3 +187,17 @@ def test_a_kernel_gives_checks_feedback_in_the_notebooks_language(tmp_path, monk
     assert CJK.search(chinese) and "你的答案" in chinese and "3.0" in chinese
     assert chinese == translate(english, "zh")
     assert _run_notebook(tmp_path / "en", {}) == english
+
+
+def test_the_chinese_readme_has_the_same_quickstart_and_a_lesson_map_slot():
+    root = ZEROLAB.parent
+
+    def commands(name, heading):
+        text = (root / name).read_text(encoding="utf-8")
+        block = re.search(heading + r".*?```bash\n(.*?)```", text, re.S).group(1)
+        return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+    assert commands("README.zh.md", "## 快速开始") == commands("README.md", "## Quickstart")
+    chinese = (root / "README.zh.md").read_text(encoding="utf-8").splitlines()
+    assert "## 课程目录" in chinese and "<!-- lesson-map-zh -->" in chinese and "<!-- /lesson-map-zh -->" in chinese
+    assert "README.md" in chinese[2] and "README.zh.md" in (root / "README.md").read_text().splitlines()[2]
