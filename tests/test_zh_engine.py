@@ -61,10 +61,13 @@ def engine_messages():
             elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr" and node.args \
                     and isinstance(node.args[0], LITERAL):
                 message = node.args[0]
+            elif path.parent.name == "config" and isinstance(node, ast.Call) \
+                    and getattr(node.func, "id", None) == "Finding" and len(node.args) == 3:
+                message = node.args[2]  # the doctor's findings, shown with str(finding) (zerolab/config/findings.py)
             if message is not None:
                 # two values side by side cannot be told apart: the catalog spells out their cases instead
                 keys = {key for key in variants(message) if key is None or "{}{}" not in key}
-                if path.parent.name == "handmade":  # lesson 08 also returns None and passes messages along
+                if path.parent.name in ("handmade", "config"):  # messages passed along are no literal
                     keys.discard(None)
                 found.append((f"{where}:{node.lineno}", keys))
     return found
@@ -79,6 +82,7 @@ def test_every_engine_message_has_a_catalog_entry():
     assert sum(1 for where, _ in found if where.startswith("zerolab/checks.py")) >= 25  # the scan sees checks.py
     assert any(where.startswith("zerolab/plots.py") for where, _ in found)
     assert sum(1 for where, _ in found if where.startswith("zerolab/handmade/verdict.py")) >= 20
+    assert sum(1 for where, _ in found if where.startswith("zerolab/config/checks.py")) >= 12
     zh = catalog("zh")
     missing = [(where, key) for where, keys in found for key in keys if key not in zh]
     assert not missing, f"not in zerolab/locale/zh/zerolab.json: {missing}"
@@ -111,6 +115,24 @@ def test_lesson08_feedback_built_from_parts_comes_out_whole():
     sharded = ("with 2 ranks, rank 0 holds 900 bytes of optimizer state, more than 1/2 of AdamW's 1000 bytes for the "
                "whole model: Adam's moments are not sharded")
     assert "超过整个模型的 1/2" in translate(sharded) and "1000" in translate(sharded)
+
+
+def test_the_doctors_findings_print_in_chinese_and_keep_their_english_message(monkeypatch):
+    from zerolab.config import check_config
+
+    config = {"train_batch_size": 8, "zero_optimisation": {"stage": 2}}
+    english = [str(finding) for finding in check_config(config).findings]
+    monkeypatch.setenv("ZEROLAB_LANG", "zh")
+    zerolab.i18n.language.cache_clear()
+    try:
+        report = check_config(config)
+        chinese = [str(finding) for finding in report.findings]
+    finally:
+        zerolab.i18n.language.cache_clear()
+    typo = next(line for line in chinese if "zero_optimisation" in line)
+    assert "悄悄忽略" in typo and "你是不是想写 'zero_optimization'" in typo
+    assert all(CJK.search(line) for line in chinese) and not any(CJK.search(line) for line in english)
+    assert [finding.message for finding in report.findings] == [line.split(": ", 1)[1] for line in english]
 
 
 @pytest.fixture
