@@ -84,7 +84,9 @@ def test_every_engine_message_has_a_catalog_entry():
     assert sum(1 for where, _ in found if where.startswith("zerolab/handmade/verdict.py")) >= 20
     assert sum(1 for where, _ in found if where.startswith("zerolab/config/checks.py")) >= 12
     zh = catalog("zh")
-    missing = [(where, key) for where, keys in found for key in keys if key not in zh]
+    # a message that is only its values, such as "{}: {}", needs no entry (and one would match every such text)
+    missing = [(where, key) for where, keys in found for key in keys
+               if key not in zh and re.search(r"[A-Za-z]", key.replace("{}", ""))]
     assert not missing, f"not in zerolab/locale/zh/zerolab.json: {missing}"
 
 
@@ -95,7 +97,9 @@ def test_catalog_format_and_placeholders():
     for english, chinese in entries.items():
         assert placeholders(chinese) == english.count("{}"), english
         values = [f"<{i}>" for i in range(english.count("{}"))]
-        assert all(value in chinese.format(*values) for value in values), english  # each value shown, once
+        shown = chinese.format(*values, gpus="<gpus>")
+        assert all(value in shown for value in values), english  # each value shown
+        assert "{gpus}" not in english or "<gpus>" in shown
         assert chinese.strip() and chinese != english, english
 
 

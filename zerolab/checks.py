@@ -110,7 +110,7 @@ def close_to(got, want, name, rel_tol, unit="", hint="", slips=None):
         raise AssertionError(f"wrong unit: {name} looks like a number of {slip}; give it in {unit}")
     for ratio, message in (slips or {}).items():
         if want and math.isclose(got, want * ratio, rel_tol=min(0.01, rel_tol * 2) or 1e-9):
-            raise AssertionError(f"{name}: {message}")
+            raise AssertionError(f"{name}: {tr(message)}")  # the lesson's catalog has its message
     if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02):
         raise AssertionError(f"rounding: {name} is close but not within the accepted {rel_tol * 100:g} %: keep full precision "
                              "and round only when you print")

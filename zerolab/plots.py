@@ -54,7 +54,8 @@ def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision
                 seen[part] = ax.bar(STAGE_NAMES[stage], nbytes / scale, bottom=bottom, color=COLORS.get(part, "#999"))
                 bottom += nbytes / scale
             ax.text(STAGE_NAMES[stage], bottom, _short(est.gpu_bytes / scale), ha="center", va="bottom", fontsize=8)
-        ax.set_title(tr(f"{gpus} GPUs") if gpus > 1 else tr(f"{gpus} GPU"), fontsize=9)
+        # a named field: an open template "{} GPUs" would also match lesson messages ending in " GPUs"
+        ax.set_title((tr("{gpus} GPUs") if gpus > 1 else tr("{gpus} GPU")).format(gpus=gpus), fontsize=9)
         ax.tick_params(axis="x", labelsize=8, labelrotation=30 if len(gpu_counts) > 2 else 0)
         ax.tick_params(axis="y", labelsize=8)
         ax.margins(y=0.18)
