@@ -251,3 +251,12 @@ def test_the_chinese_readme_has_the_same_quickstart_and_a_lesson_map_slot():
     chinese = (root / "README.zh.md").read_text(encoding="utf-8").splitlines()
     assert "## 课程目录" in chinese and "<!-- lesson-map-zh -->" in chinese and "<!-- /lesson-map-zh -->" in chinese
     assert "README.md" in chinese[2] and "README.zh.md" in (root / "README.md").read_text().splitlines()[2]
+
+
+def test_lesson_hints_and_slip_messages_are_listed_for_the_catalogs():
+    from lesson_messages import feedback_arguments
+
+    cell = ('close_to(x, 5, "x", 1e-6, hint=f"stage {s} divides it", slips={0.5: "counted elements, not bytes"})\n'
+            'same_value(y, True, "y", hint="look at the default")\nprint(x, hint)\n')
+    assert [key for _, key in feedback_arguments(cell)] == ["stage {} divides it", "counted elements, not bytes",
+                                                            "look at the default"]

@@ -114,7 +114,7 @@ def close_to(got, want, name, rel_tol, unit="", hint="", slips=None):
     if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02):
         raise AssertionError(f"rounding: {name} is close but not within the accepted {rel_tol * 100:g} %: keep full precision "
                              "and round only when you print")
-    raise AssertionError(f"{name} is not right" + (f": {hint}" if hint else ""))
+    raise AssertionError(f"{name} is not right" + (f": {tr(hint)}" if hint else ""))
 
 
 def dict_keys(value, keys, name="your answer"):
@@ -191,7 +191,7 @@ def path_in(value, accepted, name="your answer", hint=""):
     if any(option.endswith("." + path) for option in accepted):
         raise AssertionError(f"incomplete path: {name} = {path!r} names a key but not where it is; give the full "
                              "dotted path from the top of the config, block first")
-    raise AssertionError(f"{name} does not point at the problem" + (f": {hint}" if hint else ""))
+    raise AssertionError(f"{name} does not point at the problem" + (f": {tr(hint)}" if hint else ""))
 
 
 def learner_value(make, *args):
@@ -218,7 +218,7 @@ def same_value(got, want, name, hint=""):
         raise AssertionError(f"wrong case: {name} is {got!r}; DeepSpeed's values are case-sensitive")
     if type(got) is float and got == want:
         return got
-    raise AssertionError(f"{name} is not right" + (f": {hint}" if hint else ""))
+    raise AssertionError(f"{name} is not right" + (f": {tr(hint)}" if hint else ""))
 
 
 def _a(word):
