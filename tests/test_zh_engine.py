@@ -97,9 +97,9 @@ def test_catalog_format_and_placeholders():
     for english, chinese in entries.items():
         assert placeholders(chinese) == english.count("{}"), english
         values = [f"<{i}>" for i in range(english.count("{}"))]
-        shown = chinese.format(*values, gpus="<gpus>")
-        assert all(value in shown for value in values), english  # each value shown
-        assert "{gpus}" not in english or "<gpus>" in shown
+        named = {name: f"<{name}>" for name in re.findall(r"\{([a-z]+)\}", english)}  # closed keys: "{gpus} GPUs"
+        shown = chinese.format(*values, **named)
+        assert all(value in shown for value in values + list(named.values())), english  # each value shown
         assert chinese.strip() and chinese != english, english
 
 
@@ -137,6 +137,29 @@ def test_the_doctors_findings_print_in_chinese_and_keep_their_english_message(mo
     assert "悄悄忽略" in typo and "你是不是想写 'zero_optimization'" in typo
     assert all(CJK.search(line) for line in chinese) and not any(CJK.search(line) for line in english)
     assert [finding.message for finding in report.findings] == [line.split(": ", 1)[1] for line in english]
+
+
+def test_explain_config_speaks_chinese(monkeypatch):
+    from zerolab.config import explain_config, field_notes, reference
+
+    assert not [what for what, _ in field_notes.NOTES.values() if what not in catalog("zh")]
+    configs = [reference.zero2_offload(), reference.zero3_offload(reference.zero2_offload()),
+               {"train_batch_size": 32, "gradient_clipping": 1.0, "fp16": {"enabled": True, "loss_scale": 0,
+                                                                           "initial_scale_power": 16},
+                "bf16": {"enabled": False}, "zero_optimization": {"stage": 1, "overlap_comm": False,
+                                                                  "reduce_bucket_size": 5e8}}]
+    english = [e.text for config in configs for e in explain_config(config)]
+    monkeypatch.setenv("ZEROLAB_LANG", "zh")
+    zerolab.i18n.language.cache_clear()
+    try:
+        chinese = [e.text for config in configs for e in explain_config(config)]
+    finally:
+        zerolab.i18n.language.cache_clear()
+    assert len(chinese) == len(english) > 20
+    # Chinese throughout: no line without Chinese, no English words left running ("optimizer state", "per GPU")
+    untranslated = [(en, zh) for en, zh in zip(english, chinese)
+                    if not CJK.search(zh) or re.search(r"[a-z]{4} [a-z]{3}", zh)]
+    assert not untranslated
 
 
 @pytest.fixture
