@@ -5,7 +5,7 @@ it as a PNG in a notebook, which works with any backend and in executed notebook
 matplotlib is imported inside the functions, so importing zerolab stays light.
 """
 from zerolab import comm, memory, units
-from zerolab.i18n import tr
+from zerolab.i18n import language, tr
 
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 COLORS = {"params": "#4C72B0", "grads": "#55A868", "master_weights": "#C44E52", "optimizer_states": "#8172B2",
@@ -14,6 +14,10 @@ COLORS = {"params": "#4C72B0", "grads": "#55A868", "master_weights": "#C44E52", 
 
 def _figure(width=9, height=3.6, cols=1, rows=1, **options):
     from matplotlib.figure import Figure
+
+    if language() == "zh":  # Chinese text needs a CJK font even where zerolab.i18n.activate() was not run
+        from zerolab import fonts
+        fonts.use_cjk_font()
 
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False, **options)
