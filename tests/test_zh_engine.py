@@ -111,6 +111,7 @@ def test_a_templates_values_are_translated_with_it():
     assert english == "your answer is not right: True/False is not a number"
     assert translate(english) == "你的答案 不对：True/False 不是数值"
     assert translate(english, "en") == english
+    assert translate("stage is not right") == "stage 不对"  # a name that is code stays code
 
 
 def test_lesson08_feedback_built_from_parts_comes_out_whole():

@@ -83,8 +83,9 @@ def _patterns(lang="zh"):
 def translate(text, lang="zh"):
     """`text` in `lang` when a catalog has it, else unchanged.
 
-    A template's values are translated too when a catalog has them: a message made of parts, such as
-    zerolab.checks' "{} is not right: {}" with the default name "your answer" and a hint, comes out whole."""
+    A template's values are translated too when a catalog has them (bare identifiers excepted): a message made of
+    parts, such as zerolab.checks' "{} is not right: {}" with the default name "your answer" and a hint, comes out
+    whole."""
     if lang == "en" or not isinstance(text, str):
         return text
     exact = catalog(lang).get(text)
@@ -93,7 +94,9 @@ def translate(text, lang="zh"):
     for pattern, translated in _patterns(lang):
         match = pattern.match(text)
         if match:
-            return translated.format(*(translate(value, lang) for value in match.groups()))
+            # a bare identifier ("stage", "fp16") is code, not words: it stays as written
+            return translated.format(*(value if value.isidentifier() else translate(value, lang)
+                                       for value in match.groups()))
     return text
 
 

@@ -64,7 +64,7 @@ def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision
         ax.tick_params(axis="y", labelsize=8)
         ax.margins(y=0.18)
     axes[0].set_ylabel(tr(f"model states per GPU ({unit})"), fontsize=9)
-    fig.suptitle(tr(f"{units.format_count(params)} parameters, {precision}, {accounting} accounting ({unit})"),
+    fig.suptitle(tr(f"{units.format_count(params)} parameters, {precision}, {tr(accounting)} accounting ({unit})"),
                  fontsize=10)
     fig.legend(list(seen.values()), [tr(part.replace("_", " ")) for part in seen], loc="outside lower center",
                ncols=min(len(seen), 4), fontsize=8, frameon=False)
