@@ -35,3 +35,27 @@ def messages(source):
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr" and node.args:
             found.append((node.lineno, template(node.args[0])))
     return [(line, key) for line, key in found if key]
+
+
+FEEDBACK_ARGUMENTS = ("hint", "slips")  # zerolab.checks' helpers put these into their messages (and tr() them)
+
+
+def feedback_arguments(source):
+    """[(line, key)] of the literal hints and slip messages a code cell passes to zerolab.checks' helpers
+    (``hint="..."``, ``slips={ratio: "..."}``): the learner reads them inside the helper's message, so each needs
+    a catalog entry like an assert's message."""
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg == "hint":
+                found.append((keyword.value.lineno, template(keyword.value)))
+            elif keyword.arg == "slips" and isinstance(keyword.value, ast.Dict):
+                found += [(value.lineno, template(value)) for value in keyword.value.values]
+    return [(line, key) for line, key in found if key]

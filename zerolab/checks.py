@@ -6,6 +6,8 @@ a subclass of int, a numpy scalar or NaN fails with a message that says what to 
 """
 import json
 
+from zerolab.i18n import tr
+
 PLAIN_TYPES = (bool, int, float, str, type(None), list, tuple, dict)
 
 
@@ -54,15 +56,15 @@ def number(value, name="your answer", unit=""):
     kind = type(value)
     if kind in (int, float) and math.isfinite(value):
         return value
-    wanted = f"a number of {unit}" if unit else "a number"
+    wanted = tr(f"a number of {unit}") if unit else tr("a number")
     if kind is str:
-        advice = "write the number itself, without quotes or a unit"
+        advice = tr("write the number itself, without quotes or a unit")
     elif kind in (int, float):
-        advice = "return a finite number"
+        advice = tr("return a finite number")
     elif kind is bool:
-        advice = "True/False is not a number"
+        advice = tr("True/False is not a number")
     else:
-        advice = "convert it with float(...) or int(...)"
+        advice = tr("convert it with float(...) or int(...)")
     raise AssertionError(f"wrong type: {name} should be a plain int or float ({wanted}), "
                          f"got {kind.__name__} {_short(value)}; {advice}")
 
@@ -74,9 +76,10 @@ def whole(value, name="your answer", what="a whole number"):
     if type(value) is float and value.is_integer():
         raise AssertionError(f"wrong type: {name} should be an int ({what}), got the float {value!r}; "
                              f"write it without the decimal point, or use // and int(...)")
-    advice = "; write the number itself, without quotes" if type(value) is str else ""
-    raise AssertionError(f"wrong type: {name} should be an int ({what}), got {type(value).__name__} {_short(value)}"
-                         + advice)
+    if type(value) is str:
+        raise AssertionError(f"wrong type: {name} should be an int ({what}), got str {_short(value)}; "
+                             "write the number itself, without quotes")
+    raise AssertionError(f"wrong type: {name} should be an int ({what}), got {type(value).__name__} {_short(value)}")
 
 
 def unit_slip(got, want, unit):
@@ -100,16 +103,18 @@ def close_to(got, want, name, rel_tol, unit="", hint="", slips=None):
     if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-12):
         return got
     slip = unit_slip(got, want, unit)
+    if slip and _unit_words(unit):
+        raise AssertionError(f"wrong unit: {name} looks like a number of {slip}; give it in {unit} "
+                             f"({_unit_words(unit)})")
     if slip:
-        raise AssertionError(f"wrong unit: {name} looks like a number of {slip}; give it in {unit}"
-                             f"{' (' + _unit_words(unit) + ')' if _unit_words(unit) else ''}")
+        raise AssertionError(f"wrong unit: {name} looks like a number of {slip}; give it in {unit}")
     for ratio, message in (slips or {}).items():
         if want and math.isclose(got, want * ratio, rel_tol=min(0.01, rel_tol * 2) or 1e-9):
-            raise AssertionError(f"{name}: {message}")
+            raise AssertionError(f"{name}: {tr(message)}")  # the lesson's catalog has its message
     if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02):
         raise AssertionError(f"rounding: {name} is close but not within the accepted {rel_tol * 100:g} %: keep full precision "
                              "and round only when you print")
-    raise AssertionError(f"{name} is not right" + (f": {hint}" if hint else ""))
+    raise AssertionError(f"{name} is not right" + (f": {tr(hint)}" if hint else ""))
 
 
 def dict_keys(value, keys, name="your answer"):
@@ -146,7 +151,8 @@ def choice(value, options, name="your answer"):
 
 
 def _unit_words(unit):
-    return {"GB": "10**9 bytes", "GiB": "2**30 bytes", "MB": "10**6 bytes", "bytes": "plain bytes"}.get(unit, "")
+    words = {"GB": tr("10**9 bytes"), "GiB": tr("2**30 bytes"), "MB": tr("10**6 bytes"), "bytes": tr("plain bytes")}
+    return words.get(unit, "")
 
 
 def _short(value):
@@ -185,7 +191,7 @@ def path_in(value, accepted, name="your answer", hint=""):
     if any(option.endswith("." + path) for option in accepted):
         raise AssertionError(f"incomplete path: {name} = {path!r} names a key but not where it is; give the full "
                              "dotted path from the top of the config, block first")
-    raise AssertionError(f"{name} does not point at the problem" + (f": {hint}" if hint else ""))
+    raise AssertionError(f"{name} does not point at the problem" + (f": {tr(hint)}" if hint else ""))
 
 
 def learner_value(make, *args):
@@ -203,15 +209,16 @@ def same_value(got, want, name, hint=""):
     if type(got) is type(want) and got == want:
         return got
     if type(got) is not type(want) and not (type(want) is float and type(got) is int):
-        detail = f"; write {want!r:.5} without quotes" if type(got) is str and str(want).lower() == got.strip().lower() \
-            and type(want) is not str else ""
+        if type(want) is bool and type(got) is str and str(want).lower() == got.strip().lower():
+            raise AssertionError(f"wrong type: {name} should be {_a(type(want).__name__)}, got str {_short(got)}; "
+                                 f"write {want!r:.5} without quotes")
         raise AssertionError(f"wrong type: {name} should be {_a(type(want).__name__)}, got {type(got).__name__} "
-                             f"{_short(got)}" + (detail if type(want) is bool else ""))
+                             f"{_short(got)}")
     if type(got) is str and got.strip().lower() == want.lower():
         raise AssertionError(f"wrong case: {name} is {got!r}; DeepSpeed's values are case-sensitive")
     if type(got) is float and got == want:
         return got
-    raise AssertionError(f"{name} is not right" + (f": {hint}" if hint else ""))
+    raise AssertionError(f"{name} is not right" + (f": {tr(hint)}" if hint else ""))
 
 
 def _a(word):

@@ -74,14 +74,18 @@ def _patterns(lang="zh"):
     """(regex of an English template, its translation), longest templates first so the most specific wins."""
     compiled = []
     for english, translated in sorted(catalog(lang).items(), key=lambda item: -len(item[0])):
-        if "{}" in english:
+        if "{}" in english and english.replace("{}", ""):  # a value alone is no template (and would recurse)
             parts = [re.escape(part) for part in english.split("{}")]
             compiled.append((re.compile("(.+?)".join(parts) + r"\Z", re.DOTALL), translated))
     return compiled
 
 
 def translate(text, lang="zh"):
-    """`text` in `lang` when a catalog has it, else unchanged."""
+    """`text` in `lang` when a catalog has it, else unchanged.
+
+    A template's values are translated too when a catalog has them (bare identifiers excepted): a message made of
+    parts, such as zerolab.checks' "{} is not right: {}" with the default name "your answer" and a hint, comes out
+    whole."""
     if lang == "en" or not isinstance(text, str):
         return text
     exact = catalog(lang).get(text)
@@ -90,7 +94,9 @@ def translate(text, lang="zh"):
     for pattern, translated in _patterns(lang):
         match = pattern.match(text)
         if match:
-            return translated.format(*match.groups())
+            # a bare identifier ("stage", "fp16") is code, not words: it stays as written
+            return translated.format(*(value if value.isidentifier() else translate(value, lang)
+                                       for value in match.groups()))
     return text
 
 
@@ -102,7 +108,10 @@ def tr(text):
 def _translated_assertion(shell, etype, value, tb, tb_offset=None):
     if value.args and isinstance(value.args[0], str):
         value.args = (tr(value.args[0]),) + value.args[1:]
-    return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    # IPython discards what a custom handler returns: the handler must show the error itself, or the kernel sends
+    # no error output and nbgrader, which grades by the error outputs, would count the failed test as passed.
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+    return []
 
 
 def activate():

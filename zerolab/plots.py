@@ -5,6 +5,7 @@ it as a PNG in a notebook, which works with any backend and in executed notebook
 matplotlib is imported inside the functions, so importing zerolab stays light.
 """
 from zerolab import comm, memory, units
+from zerolab.i18n import language, tr
 
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
 COLORS = {"params": "#4C72B0", "grads": "#55A868", "master_weights": "#C44E52", "optimizer_states": "#8172B2",
@@ -13,6 +14,10 @@ COLORS = {"params": "#4C72B0", "grads": "#55A868", "master_weights": "#C44E52", 
 
 def _figure(width=9, height=3.6, cols=1, rows=1, **options):
     from matplotlib.figure import Figure
+
+    if language() == "zh":  # Chinese text needs a CJK font even where zerolab.i18n.activate() was not run
+        from zerolab import fonts
+        fonts.use_cjk_font()
 
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False, **options)
@@ -53,14 +58,15 @@ def memory_by_stage(params, gpu_counts=(1, 8, 64), accounting="paper", precision
                 seen[part] = ax.bar(STAGE_NAMES[stage], nbytes / scale, bottom=bottom, color=COLORS.get(part, "#999"))
                 bottom += nbytes / scale
             ax.text(STAGE_NAMES[stage], bottom, _short(est.gpu_bytes / scale), ha="center", va="bottom", fontsize=8)
-        ax.set_title(f"{gpus} GPU{'s' if gpus > 1 else ''}", fontsize=9)
+        # a named field: an open template "{} GPUs" would also match lesson messages ending in " GPUs"
+        ax.set_title((tr("{gpus} GPUs") if gpus > 1 else tr("{gpus} GPU")).format(gpus=gpus), fontsize=9)
         ax.tick_params(axis="x", labelsize=8, labelrotation=30 if len(gpu_counts) > 2 else 0)
         ax.tick_params(axis="y", labelsize=8)
         ax.margins(y=0.18)
-    axes[0].set_ylabel(f"model states per GPU ({unit})", fontsize=9)
-    fig.suptitle(f"{units.format_count(params)} parameters, {precision}, {accounting} accounting ({unit})",
+    axes[0].set_ylabel(tr(f"model states per GPU ({unit})"), fontsize=9)
+    fig.suptitle(tr(f"{units.format_count(params)} parameters, {precision}, {tr(accounting)} accounting ({unit})"),
                  fontsize=10)
-    fig.legend(list(seen.values()), [part.replace("_", " ") for part in seen], loc="outside lower center",
+    fig.legend(list(seen.values()), [tr(part.replace("_", " ")) for part in seen], loc="outside lower center",
                ncols=min(len(seen), 4), fontsize=8, frameon=False)
     return fig
 
@@ -69,26 +75,28 @@ def offload_traffic(params, world_size=8, grad_accum=1, host_link="pcie4", preci
     """ZeRO-2 without and with CPU optimizer offload: memory per GPU and per node, and what crosses PCIe per step."""
     params = units.parse_count(params)
     fig, (mem_ax, link_ax) = _figure(width=10, cols=2)
-    labels = ["ZeRO-2", "ZeRO-2 + CPU offload"]
+    labels = ["ZeRO-2", tr("ZeRO-2 + CPU offload")]
     estimates = [memory.estimate(params, 2, gpus_per_node=world_size, offload_optimizer=device, precision=precision)
                  for device in ("none", "cpu")]
-    for offset, (place, attr) in enumerate((("GPU (per GPU)", "gpu_bytes"), ("host RAM (per node)", "cpu_bytes"))):
+    places = ((tr("GPU (per GPU)"), "gpu_bytes"), (tr("host RAM (per node)"), "cpu_bytes"))
+    for offset, (place, attr) in enumerate(places):
         values = [getattr(est, attr) / units.GB for est in estimates]
         bars = mem_ax.bar([i + offset * 0.4 for i in range(2)], values, width=0.4, label=place)
         mem_ax.bar_label(bars, [units.format_bytes(getattr(est, attr)) for est in estimates], fontsize=8)
     mem_ax.set_xticks([0.2, 1.2], labels)
-    mem_ax.set_ylabel("model states (GB)")
+    mem_ax.set_ylabel(tr("model states (GB)"))
     mem_ax.legend(fontsize=8)
     mem_ax.margins(y=0.15)
     t = comm.traffic(params, 2, world_size, grad_accum=grad_accum, precision=precision, offload_optimizer="cpu")
-    moves = {"GPU -> host\n(gradients)": t.device_to_host_bytes, "host -> GPU\n(parameters)": t.host_to_device_bytes}
+    moves = {tr("GPU -> host\n(gradients)"): t.device_to_host_bytes,
+             tr("host -> GPU\n(parameters)"): t.host_to_device_bytes}
     bars = link_ax.bar(list(moves), [b / units.GB for b in moves.values()], color=["#C44E52", "#4C72B0"])
-    link_ax.bar_label(bars, [f"{units.format_bytes(b)}\n{comm.transfer_time(b, host_link):.2f} s at {host_link}"
+    link_ax.bar_label(bars, [tr(f"{units.format_bytes(b)}\n{comm.transfer_time(b, host_link):.2f} s at {host_link}")
                              for b in moves.values()], fontsize=8)
-    link_ax.set_ylabel("bytes per GPU per step (GB)")
-    link_ax.set_title(f"PCIe traffic per optimizer step, grad_accum={grad_accum}", fontsize=10)
+    link_ax.set_ylabel(tr("bytes per GPU per step (GB)"))
+    link_ax.set_title(tr(f"PCIe traffic per optimizer step, grad_accum={grad_accum}"), fontsize=10)
     link_ax.margins(y=0.3)
-    fig.suptitle(f"{units.format_count(params)} parameters on {world_size} GPUs", fontsize=10)
+    fig.suptitle(tr(f"{units.format_count(params)} parameters on {world_size} GPUs"), fontsize=10)
     return fig
 
 
@@ -104,20 +112,20 @@ def overlap_timeline(params, stage=2, world_size=8, compute_s=1.0, grad_accum=1,
         ax.broken_barh([(0, forward_s), (forward_s, compute_s - forward_s)], (1, 0.8),
                        facecolors=["#4C72B0", "#55A868"])
         label = _bar_labeller(ax, span=max(compute_s + step.exposed_s, 1e-12))
-        label(0, forward_s, 1.4, "forward")
-        label(forward_s, compute_s - forward_s, 1.4, "backward")
+        label(0, forward_s, 1.4, tr("forward"))
+        label(forward_s, compute_s - forward_s, 1.4, tr("backward"))
         if step.hidden_s > 0:
             ax.broken_barh([(compute_s - step.hidden_s, step.hidden_s)], (0, 0.8), facecolors="#8172B2")
-            label(compute_s - step.hidden_s, step.hidden_s, 0.4, "hidden")
+            label(compute_s - step.hidden_s, step.hidden_s, 0.4, tr("hidden"))
         ax.broken_barh([(compute_s, step.exposed_s)], (0, 0.8), facecolors="#C44E52")
-        label(compute_s, step.exposed_s, 0.4, "exposed")
-        ax.set_yticks([0.4, 1.4], ["communication", "compute"])
-        ax.set_title(f"overlap_comm={overlap}: step {step.total_s:.2f} s "
-                     f"({step.exposed_s:.2f} s of {step.comm_s + step.host_s:.2f} s communication exposed)",
+        label(compute_s, step.exposed_s, 0.4, tr("exposed"))
+        ax.set_yticks([0.4, 1.4], [tr("communication"), tr("compute")])
+        ax.set_title(tr(f"overlap_comm={overlap}: step {step.total_s:.2f} s "
+                        f"({step.exposed_s:.2f} s of {step.comm_s + step.host_s:.2f} s communication exposed)"),
                      fontsize=9, loc="left")
-    axes[-1].set_xlabel("seconds")
-    fig.suptitle(f"{STAGE_NAMES[stage]}, {units.format_count(params)} parameters, {world_size} GPUs, link {link}, "
-                 f"grad_accum={grad_accum}, compute {compute_s:.3g} s", fontsize=10)
+    axes[-1].set_xlabel(tr("seconds"))
+    fig.suptitle(tr(f"{STAGE_NAMES[stage]}, {units.format_count(params)} parameters, {world_size} GPUs, link {link}, "
+                    f"grad_accum={grad_accum}, compute {compute_s:.3g} s"), fontsize=10)
     return fig
 
 
@@ -170,10 +178,10 @@ def budget_by_stage(model="13B", gpus=8, seq_len=2048, micro_batch=1, recomputes
                     fontsize=8)
         if gpu_memory:
             ax.axhline(gpu_memory / units.GB, color="black", linestyle="--", linewidth=1)
-        ax.set_title(f"recompute: {recompute}")
+        ax.set_title(tr(f"recompute: {recompute}"))
         ax.margins(y=0.15)
-    axes[0].set_ylabel("per GPU (GB)")
-    fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=8)
-    fig.suptitle(f"{decoder.name} ({units.format_count(decoder.params())} parameters), {gpus} GPUs, sequence "
-                 f"{seq_len}, micro-batch {micro_batch}, {precision}, flash attention", fontsize=10)
+    axes[0].set_ylabel(tr("per GPU (GB)"))
+    fig.legend(list(seen.values()), [tr(line) for line in seen], loc="outside right upper", fontsize=8)
+    fig.suptitle(tr(f"{decoder.name} ({units.format_count(decoder.params())} parameters), {gpus} GPUs, sequence "
+                    f"{seq_len}, micro-batch {micro_batch}, {precision}, flash attention"), fontsize=10)
     return fig

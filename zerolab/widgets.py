@@ -13,6 +13,7 @@ state, the figure's PNG included (scripts/student_jupyter.py).
 import os
 
 from zerolab import plots
+from zerolab.i18n import tr
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -20,15 +21,15 @@ GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 def static_reason():
     """Why widgets cannot render here, or None when they can."""
     if os.environ.get("ZEROLAB_STATIC") or os.environ.get("NBGRADER_EXECUTION"):
-        return "static figures requested"
+        return tr("static figures requested")
     try:
         import ipywidgets  # noqa: F401
         from IPython import get_ipython
     except ImportError:
-        return "ipywidgets is not installed"
+        return tr("ipywidgets is not installed")
     shell = get_ipython()
     if shell is None or not hasattr(shell, "kernel"):
-        return "no Jupyter kernel"
+        return tr("no Jupyter kernel")
     return None
 
 
@@ -39,7 +40,7 @@ def _view(draw, controls, static_args):
     """
     reason = static_reason()
     if reason:
-        print(f"Static figure ({reason}); in Jupyter with ipywidgets this is an interactive view.")
+        print(tr(f"Static figure ({reason}); in Jupyter with ipywidgets this is an interactive view."))
         plots.show(draw(**static_args))
         return
     import ipywidgets as w
@@ -74,10 +75,10 @@ def memory_explorer(params="13B", gpus=8, accounting="paper", precision="fp16", 
         import ipywidgets as w
 
         controls = {
-            "params": w.Text(value=str(params), description="params"),
-            "gpus": w.SelectionSlider(options=GPU_COUNTS, value=gpus, description="GPUs"),
-            "accounting": w.Dropdown(options=["paper", "deepspeed"], value=accounting, description="accounting"),
-            "precision": w.Dropdown(options=["fp16", "bf16", "fp32"], value=precision, description="precision"),
+            "params": w.Text(value=str(params), description=tr("params")),
+            "gpus": w.SelectionSlider(options=GPU_COUNTS, value=gpus, description=tr("GPUs")),
+            "accounting": w.Dropdown(options=["paper", "deepspeed"], value=accounting, description=tr("accounting")),
+            "precision": w.Dropdown(options=["fp16", "bf16", "fp32"], value=precision, description=tr("precision")),
         }
 
     def draw(params, gpus, accounting, precision, gpu_counts=None):
@@ -95,10 +96,10 @@ def offload_explorer(params="13B", world_size=8, grad_accum=1, host_link="pcie4"
         import ipywidgets as w
 
         controls = {
-            "params": w.Text(value=str(params), description="params"),
-            "world_size": w.SelectionSlider(options=GPU_COUNTS, value=world_size, description="GPUs"),
+            "params": w.Text(value=str(params), description=tr("params")),
+            "world_size": w.SelectionSlider(options=GPU_COUNTS, value=world_size, description=tr("GPUs")),
             "grad_accum": w.IntSlider(value=grad_accum, min=1, max=32, description="grad_accum"),
-            "host_link": w.Dropdown(options=["pcie3", "pcie4", "pcie5"], value=host_link, description="host link"),
+            "host_link": w.Dropdown(options=["pcie3", "pcie4", "pcie5"], value=host_link, description=tr("host link")),
         }
     return _view(plots.offload_traffic, controls,
                  dict(params=params, world_size=world_size, grad_accum=grad_accum, host_link=host_link))
@@ -111,12 +112,12 @@ def overlap_explorer(params="13B", stage=2, world_size=8, compute_s=1.0, grad_ac
         import ipywidgets as w
 
         controls = {
-            "params": w.Text(value=str(params), description="params"),
-            "stage": w.Dropdown(options=[0, 1, 2, 3], value=stage, description="stage"),
-            "world_size": w.SelectionSlider(options=GPU_COUNTS[1:], value=world_size, description="GPUs"),
-            "compute_s": w.FloatLogSlider(value=compute_s, base=10, min=-2, max=1, description="compute (s)"),
+            "params": w.Text(value=str(params), description=tr("params")),
+            "stage": w.Dropdown(options=[0, 1, 2, 3], value=stage, description=tr("stage")),
+            "world_size": w.SelectionSlider(options=GPU_COUNTS[1:], value=world_size, description=tr("GPUs")),
+            "compute_s": w.FloatLogSlider(value=compute_s, base=10, min=-2, max=1, description=tr("compute (s)")),
             "grad_accum": w.IntSlider(value=grad_accum, min=1, max=32, description="grad_accum"),
-            "link": w.Dropdown(options=list(_links()), value=link, description="link"),
+            "link": w.Dropdown(options=list(_links()), value=link, description=tr("link")),
         }
     return _view(plots.overlap_timeline, controls,
                  dict(params=params, stage=stage, world_size=world_size, compute_s=compute_s,
@@ -138,12 +139,13 @@ def _budget_explorer(model, gpus, precision, seq_len, micro_batch, recompute):
         import ipywidgets as w
 
         controls = {
-            "model": w.Text(value=str(model), description="model"),
-            "gpus": w.SelectionSlider(options=GPU_COUNTS, value=gpus, description="GPUs"),
-            "precision": w.Dropdown(options=["bf16", "fp16", "fp32"], value=precision, description="precision"),
-            "seq_len": w.SelectionSlider(options=SEQ_LENS, value=seq_len, description="sequence"),
-            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=64, description="micro-batch"),
-            "recompute": w.Dropdown(options=["none", "selective", "full"], value=recompute, description="recompute"),
+            "model": w.Text(value=str(model), description=tr("model")),
+            "gpus": w.SelectionSlider(options=GPU_COUNTS, value=gpus, description=tr("GPUs")),
+            "precision": w.Dropdown(options=["bf16", "fp16", "fp32"], value=precision, description=tr("precision")),
+            "seq_len": w.SelectionSlider(options=SEQ_LENS, value=seq_len, description=tr("sequence")),
+            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=64, description=tr("micro-batch")),
+            "recompute": w.Dropdown(options=["none", "selective", "full"], value=recompute,
+                                    description=tr("recompute")),
         }
 
     def draw(model, gpus, precision, seq_len, micro_batch, recompute=None, recomputes=None):

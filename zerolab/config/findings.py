@@ -1,6 +1,8 @@
 """What the doctor reports: findings with a JSON path, a severity and what to do."""
 from dataclasses import dataclass, field
 
+from zerolab.i18n import tr
+
 SEVERITIES = ("error", "warning")
 
 
@@ -18,7 +20,7 @@ class Finding:
         return {"path": self.path, "message": self.message}
 
     def __str__(self):
-        return f"{self.severity:<8}{self.path or '(config)'}: {self.message}"
+        return f"{self.severity:<8}{self.path or '(config)'}: {tr(self.message)}"
 
 
 @dataclass(frozen=True)

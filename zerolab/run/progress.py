@@ -6,6 +6,8 @@ instead of silence; an op that loads from the cache in a moment is not mentioned
 import sys
 import time
 
+from zerolab.i18n import tr
+
 ANNOUNCE_AFTER_S = 2.0
 TICK_EVERY_S = 10.0
 
@@ -47,11 +49,11 @@ class Progress:
         elif kind == "built" and event["op"] in self.building:
             started, announced = self.building.pop(event["op"])
             if announced or event["seconds"] >= ANNOUNCE_AFTER_S:
-                self.say(f"DeepSpeed op {event['op']} ready after {event['seconds']:.0f} s (cached for next time)")
+                self.say(tr(f"DeepSpeed op {event['op']} ready after {event['seconds']:.0f} s (cached for next time)"))
         elif kind == "phase" and event.get("rank") == 0:
-            self.say(f"rank 0: {event['phase']}")
+            self.say(tr("rank 0: {phase}").format(phase=tr(event["phase"])))  # a closed key: no open "rank 0: {}"
         elif kind == "step" and event.get("rank") == 0:
-            self.say(f"step {event['step']}/{event['steps']}  loss {event['loss']:.3f}  {event['seconds']:.2f} s")
+            self.say(tr(f"step {event['step']}/{event['steps']}  loss {event['loss']:.3f}  {event['seconds']:.2f} s"))
 
     def on_tick(self):
         now = time.monotonic()
@@ -61,7 +63,7 @@ class Progress:
             if due:
                 state[1] = True
                 # The whole explanation on every tick: in a notebook each line replaces the one before.
-                self.say(f"building DeepSpeed op {op}: {now - started:.0f} s so far (first use only, 2-3 minutes on "
-                         "2 cores; `bash scripts/setup.sh` builds it ahead; cached in ~/.cache/torch_extensions or "
-                         "$TORCH_EXTENSIONS_DIR)")
+                self.say(tr(f"building DeepSpeed op {op}: {now - started:.0f} s so far (first use only, 2-3 minutes "
+                            "on 2 cores; `bash scripts/setup.sh` builds it ahead; cached in ~/.cache/torch_extensions "
+                            "or $TORCH_EXTENSIONS_DIR)"))
                 self.last_tick = now

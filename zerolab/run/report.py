@@ -7,6 +7,7 @@ Where measured and predicted differ by more than 1%, a note says why, when the r
 """
 from dataclasses import dataclass, field
 
+from zerolab.i18n import tr
 from zerolab.memory import estimate
 from zerolab.run.measure import COMPONENTS
 from zerolab.units import format_bytes
@@ -145,15 +146,16 @@ class RunResult:
 
         if ax is None:
             _, ax = plt.subplots(figsize=(7, 3.2))
-        names = [LABELS[key] for key in COMPONENTS]
+        names = [tr(LABELS[key]) for key in COMPONENTS]
         positions = range(len(COMPONENTS))
-        ax.bar([p - 0.2 for p in positions], [self.predicted[k] / 1e3 for k in COMPONENTS], 0.4, label="predicted")
-        ax.bar([p + 0.2 for p in positions], [self.ranks[0][k] / 1e3 for k in COMPONENTS], 0.4, label="measured, rank 0")
+        ax.bar([p - 0.2 for p in positions], [self.predicted[k] / 1e3 for k in COMPONENTS], 0.4, label=tr("predicted"))
+        ax.bar([p + 0.2 for p in positions], [self.ranks[0][k] / 1e3 for k in COMPONENTS], 0.4,
+               label=tr("measured, rank 0"))
         ax.set_xticks(list(positions), names, rotation=20, ha="right")
-        ax.set_ylabel("kB per rank")
+        ax.set_ylabel(tr("kB per rank"))
         s = self.setup
-        ax.set_title(f"stage {s['stage']}, offload opt={s['offload_optimizer']} param={s['offload_param']}, "
-                     f"{s['precision']}, {s['ranks']} ranks")
+        ax.set_title(tr(f"stage {s['stage']}, offload opt={s['offload_optimizer']} param={s['offload_param']}, "
+                        f"{s['precision']}, {s['ranks']} ranks"))
         ax.legend()
         return ax
 
