@@ -120,7 +120,7 @@ print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), pa
 #
 # 下面每份配置都有一处错误。先读配置（暂时不要运行配置医生），然后把 `WRONG_PATH_A`、`WRONG_PATH_B` 和 `WRONG_PATH_C` 设为出错键的点分路径，例如 `"fp16.enabled"`。
 #
-# *接受的答案：*一个 `str`；大小写、空格、引号、方括号或斜杠都不影响（`zero_optimization["stage"]` 等同于 `zero_optimization.stage`）。只要改动该路径就能修好问题，都算对：出错的键、与它冲突的设置，或者对于**缺失**的键，它应在的路径或它所在的块。每份配置单独得分；你的答案通过后，会显示配置医生的解释。
+# *接受的答案*：一个 `str`；大小写、空格、引号、方括号或斜杠都不影响（`zero_optimization["stage"]` 等同于 `zero_optimization.stage`）。只要改动该路径就能修好问题，都算对：出错的键、与它冲突的设置，或者对于**缺失**的键，它应在的路径或它所在的块。每份配置单独得分；你的答案通过后，会显示配置医生的解释。
 
 # %% nbgrader={"grade": false, "grade_id": "cases", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CASES = {
@@ -304,7 +304,7 @@ for line in explain_config(GALLERY["batch written for one GPU"]):
 #
 # 下面这份配置原本是为 **8 张 A100 GPU** 写的：ZeRO-3，参数卸载（offload）到 CPU 内存，优化器状态卸载到挂载在 `/local_nvme` 的 NVMe 盘，每张 GPU 每个微步 4 个样本、梯度累积 2 步，bf16。把 `FIXED` 设为一份修正后的配置（一个 dict）：DeepSpeed 在总进程数为 8 时接受它，配置医生对它既不报 error 也不报 warning，而且它表达的仍然恰好是上面的意思。（允许调用 `check_config(FIXED, world_size=8)`。）
 #
-# *接受的答案：*一个 `dict`；只要 DeepSpeed 读出来是上述设置的配置都可以，`train_batch_size` 写出来或留给 DeepSpeed 自己推导都行；`nvme_path` 末尾可以带斜杠。隐藏测试检查的是 DeepSpeed 从中读出的设置。
+# *接受的答案*：一个 `dict`；只要 DeepSpeed 读出来是上述设置的配置都可以，`train_batch_size` 写出来或留给 DeepSpeed 自己推导都行；`nvme_path` 末尾可以带斜杠。隐藏测试检查的是 DeepSpeed 从中读出的设置。
 #
 # DeepSpeed 遇到第一个错误就会停下，所以配置医生的第一份报告并不会列出所有问题：修一处，再检查，如此反复。
 
@@ -436,7 +436,7 @@ for label, effect in (("ZeRO-2", diff.effect_a), ("ZeRO-3", diff.effect_b)):
 #
 # 一位同事想在 8 张 GPU 上放下一个 7B 模型，手上有两份候选配置。按 **ZeRO 论文的口径**（每个参数 2 + 2 + 12 字节，只算模型状态），配置 `Q` 每张 GPU 比配置 `P` *少*需要多少**字节**？仔细读配置。把 `SAVED_BYTES` 设为一个以**字节**为单位的数。
 #
-# *接受的答案：*一个 `int` 或 `float`，单位是字节（不是 GB 或 GiB），为正数，与 zerolab 的结果相差不超过 1 %。
+# *接受的答案*：一个 `int` 或 `float`，单位是字节（不是 GB 或 GiB），为正数，与 zerolab 的结果相差不超过 1 %。
 
 # %% nbgrader={"grade": false, "grade_id": "candidates", "locked": true, "schema_version": 3, "solution": false, "task": false}
 P_CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
@@ -506,7 +506,7 @@ for accounting in ("paper", "deepspeed"):
 #
 # 你需要知道的：ZeRO-1 在微步之间让每张 GPU 保留完整的梯度；ZeRO-2 只保留自己那份梯度分片（第 03 课统计了各个集合通信）。
 #
-# *接受的答案：*一个 `int` 或 `float`，是 Ψ 的倍数（不是字节或 GB），精确到百万分之一。
+# *接受的答案*：一个 `int` 或 `float`，是 Ψ 的倍数（不是字节或 GB），精确到百万分之一。
 
 # %% nbgrader={"grade": false, "grade_id": "traffic_pair", "locked": true, "schema_version": 3, "solution": false, "task": false}
 R_CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
