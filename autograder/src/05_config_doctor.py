@@ -392,7 +392,7 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # %% [markdown] lang="zh" en="74950160e55d"
 # 需要改什么，以及为什么：
 #
-# - `train_batch_size: "auto"`：只有 Hugging Face Trainer 或 Accelerate 会替换它。写出具体数字（微批次大小 x 累积步数 x 8 张 GPU），或者干脆不写，让 DeepSpeed 自己推导。
+# - `train_batch_size: "auto"`：只有 Hugging Face Trainer 或 Accelerate 会替换它。写出具体数字（微批次（micro-batch）大小 x 累积步数 x 8 张 GPU），或者干脆不写，让 DeepSpeed 自己推导。
 # - fp16 和 bf16 同时开启：DeepSpeed 会拒绝。A100 用 bf16，所以删掉 fp16 块。
 # - `mics_shard_size`：MiCS 已从 DeepSpeed 中移除，这个键现在会报错。
 # - `stage3_prefetch_bucket_size: "auto"`：在 Trainer 之外会被静默丢弃；删掉它，或者写一个数字。
