@@ -6,6 +6,11 @@
 # loudly and lets others through without a word. In this lesson you read configs like a reviewer, fix one, and
 # predict what a change does to memory and traffic before you run anything.
 
+# %% [markdown] lang="zh" en="f9438c4bec26"
+# # 第 05 课：配置医生
+#
+# 实际使用 ZeRO 时，大多数问题不出在代码里，而出在 `ds_config` 里：DeepSpeed 根本不读的键、只在另一个 stage 才生效的设置、只有 Hugging Face Trainer 才认识的值。其中有些错误 DeepSpeed 会大声报错，另一些则一声不吭地放过去。本课你会像代码评审一样读配置，修好一份坏掉的配置，并在运行任何东西之前，先预测一次配置改动对显存和通信量的影响。
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -20,6 +25,18 @@
 # your answers again as plain JSON data and against zerolab's config doctor (`zerolab.config`), which runs DeepSpeed's
 # own config classes.
 
+# %% [markdown] lang="zh" en="e363f81ea20d"
+# ## 学习目标
+#
+# 学完本课，你能够
+#
+# - 说出哪些错误 DeepSpeed 0.19.8 会拒绝、哪些会被静默忽略，以及原因；
+# - 在配置中找出写错的键，并用点分路径（如 `zero_optimization.offload_param`）指出它；
+# - 修好一份坏掉的配置，让 DeepSpeed 接受它，同时仍然表达作者的本意；
+# - 用 zerolab 预测一次配置改动能省下或多花多少显存和通信量。
+#
+# 下面有四道计分练习，每道都带一个测试单元格。**隐藏测试**在评分时运行：它们会把你的答案当作纯 JSON 数据再检查一遍，并与 zerolab 的配置医生（`zerolab.config`，内部运行的是 DeepSpeed 自己的配置类）的结果对照。
+
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
 import json
@@ -30,11 +47,12 @@ import_deepspeed()  # DeepSpeed's start-up log stays off the output
 from deepspeed.runtime.config import DeepSpeedConfig
 
 from zerolab import units
+from zerolab.i18n import tr
 from zerolab.config import check_config, compare_configs, config_effect, explain_config, read_settings
 
 
 def show(report):
-    print("no errors" if report.valid else "errors: DeepSpeed rejects it, or the run fails at start-up")
+    print(tr("no errors") if report.valid else tr("errors: DeepSpeed rejects it, or the run fails at start-up"))
     for finding in report.findings:
         print("  ", finding)
 
@@ -47,15 +65,20 @@ def show(report):
 # looks up the keys it knows with `dict.get` and never looks at the rest. A misspelled block name is therefore
 # ignored, and everything in it takes its default. Watch both, measured on DeepSpeed itself:
 
+# %% [markdown] lang="zh" en="b431a0f57fc2"
+# ## DeepSpeed 如何读取配置
+#
+# DeepSpeed 0.19.8 用严格的 pydantic 模型校验配置中的各个**块**（`zero_optimization` 及其中的 `offload_*` 部分、`fp16`、`bf16`）：块里出现未知的键就会报错。**顶层**则不同：DeepSpeed 只用 `dict.get` 查它认识的键，其余的一概不看。所以块名拼错会被直接忽略，块里的所有设置都退回默认值。下面在 DeepSpeed 上实测这两种情况：
+
 # %%
 inner_typo = {"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_com": True}}
 top_typo = {"train_batch_size": 8, "zero_optimisation": {"stage": 2, "overlap_comm": True}}
 try:
     DeepSpeedConfig(copy.deepcopy(inner_typo))
 except Exception as error:
-    print("typo inside zero_optimization:", type(error).__name__, str(error).splitlines()[0:3])
+    print(tr("typo inside zero_optimization:"), type(error).__name__, str(error).splitlines()[0:3])
 parsed = DeepSpeedConfig(copy.deepcopy(top_typo))
-print("typo in the block name: accepted; ZeRO stage DeepSpeed will use:", parsed.zero_optimization_stage)
+print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), parsed.zero_optimization_stage)
 
 # %% [markdown]
 # The second config trains with plain data parallelism and nobody is told. Other things DeepSpeed accepts without a
@@ -72,6 +95,15 @@ print("typo in the block name: accepted; ZeRO stage DeepSpeed will use:", parsed
 # runs DeepSpeed's own validation for the world size you give and adds checks for the silent cases. Each finding has
 # a dotted **path**, a **severity** and a message.
 
+# %% [markdown] lang="zh" en="1521baf90ad0"
+# 第二份配置实际上是在用普通的数据并行训练，而且没有任何提示。DeepSpeed 还会一声不吭地接受下面这些情况（事实来自其 0.19.8 的代码）：
+#
+# - stage 1 或 2 下的 `offload_param`：stage 1/2 的优化器根本收不到这个设置，参数仍留在 GPU 上；
+# - `device: "nvme"` 却没有 `nvme_path`：配置被接受，随后在创建 swap 文件夹时运行失败；
+# - `zero_optimization`、`fp16` 或 `bf16` 里的 `"auto"`：被**丢弃**，改用默认值（`"auto"` 只有 Hugging Face Trainer 和 Accelerate 会在 DeepSpeed 看到配置之前替换掉）。而在顶层的 batch 字段里，`"auto"` 则会直接导致崩溃。
+#
+# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置医生 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。
+
 # %% [markdown]
 # ## Exercise 1: which path is wrong? (3 points, one per config)
 #
@@ -82,6 +114,13 @@ print("typo in the block name: accepted; ZeRO stage DeepSpeed will use:", parsed
 # `zero_optimization.stage`). Any path whose change fixes the problem counts: the wrong key, the setting it conflicts
 # with, or, for a **missing** key, the path where it should be or its block. Each config earns its own point; the
 # doctor's explanation appears when your answer passes.
+
+# %% [markdown] lang="zh" en="63b134f39479"
+# ## 练习 1：哪个路径写错了？（3 分，每份配置 1 分）
+#
+# 下面每份配置都有一处错误。先读配置（暂时不要运行配置医生），然后把 `WRONG_PATH_A`、`WRONG_PATH_B` 和 `WRONG_PATH_C` 设为出错键的点分路径，例如 `"fp16.enabled"`。
+#
+# *接受的答案*：一个 `str`；大小写、空格、引号、方括号或斜杠都不影响（`zero_optimization["stage"]` 等同于 `zero_optimization.stage`）。只要改动该路径就能修好问题，都算对：出错的键、与它冲突的设置，或者对于**缺失**的键，它应在的路径或它所在的块。每份配置单独得分；你的答案通过后，会显示配置医生的解释。
 
 # %% nbgrader={"grade": false, "grade_id": "cases", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CASES = {
@@ -147,7 +186,7 @@ from zerolab.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_A, "WRONG_PATH_A"), fixing_paths(CASES["A"]), "WRONG_PATH_A")
 ### END HIDDEN TESTS
-print("Right. DeepSpeed accepts A and trains with ZeRO off: it never reads the British spelling zero_optimisation. The doctor's report:")
+print(tr("Right. DeepSpeed accepts A and trains with ZeRO off: it never reads the British spelling zero_optimisation. The doctor's report:"))
 show(check_config(CASES["A"], world_size=8))
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_path_b", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -165,7 +204,7 @@ from zerolab.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_B, "WRONG_PATH_B"), fixing_paths(CASES["B"]), "WRONG_PATH_B")
 ### END HIDDEN TESTS
-print("Right. DeepSpeed accepts B and keeps the parameters on the GPU: offload_param is valid only with stage 3, and nothing enforces it. The doctor's report:")
+print(tr("Right. DeepSpeed accepts B and keeps the parameters on the GPU: offload_param is valid only with stage 3, and nothing enforces it. The doctor's report:"))
 show(check_config(CASES["B"], world_size=8))
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_path_c", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -183,17 +222,25 @@ from zerolab.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_C, "WRONG_PATH_C"), fixing_paths(CASES["C"]), "WRONG_PATH_C")
 ### END HIDDEN TESTS
-print("Right. DeepSpeed's config check accepts C, and the run then fails at start-up: an NVMe offload needs nvme_path, the folder for its swap files. The doctor's report:")
+print(tr("Right. DeepSpeed's config check accepts C, and the run then fails at start-up: an NVMe offload needs nvme_path, the folder for its swap files. The doctor's report:"))
 show(check_config(CASES["C"], world_size=8))
 
 # %% [markdown]
 # The doctor's notes (severity `note`) say what DeepSpeed picks for fields you left out, e.g. `overlap_comm`
 # (stage-dependent) and `pin_memory` (true in 0.19.8).
 
+# %% [markdown] lang="zh" en="838c0fb26816"
+# 配置医生的提示（严重程度为 `note`）会告诉你，对你没写的字段 DeepSpeed 会取什么值，例如 `overlap_comm`（取决于 stage）和 `pin_memory`（0.19.8 中为 true）。
+
 # %% [markdown]
 # ## More traps, in the doctor's words
 #
 # A gallery of mistakes seen in real configs, checked for 8 GPUs:
+
+# %% [markdown] lang="zh" en="91ea58e5798c"
+# ## 更多陷阱，听配置医生怎么说
+#
+# 下面是一组在真实配置里见过的错误，按 8 张 GPU 检查：
 
 # %% nbgrader={"grade": false, "grade_id": "gallery", "locked": true, "schema_version": 3, "solution": false, "task": false}
 GALLERY = {
@@ -209,7 +256,7 @@ GALLERY = {
 
 # %%
 for name, config in GALLERY.items():
-    print(f"--- {name}")
+    print(f"--- {tr(name)}")
     show(check_config(config, world_size=8))
 
 # %% [markdown]
@@ -217,15 +264,21 @@ for name, config in GALLERY.items():
 # written. Silently dropped `"auto"` values are the most treacherous: `fp16.enabled: "auto"` outside the Trainer means
 # fp32 training. What that does to memory, for a 7B model on 8 GPUs (paper accounting):
 
+# %% [markdown] lang="zh" en="52308664f794"
+# 看严重程度：**error** 表示 DeepSpeed（或这次运行）会失败；**warning** 表示能跑，但跑的不是你写的样子。被静默丢弃的 `"auto"` 最具迷惑性：在 Trainer 之外写 `fp16.enabled: "auto"`，意味着用 fp32 训练。下面看它对显存的影响，以 7B 模型、8 张 GPU 为例（ZeRO 论文的口径）：
+
 # %%
 meant = copy.deepcopy(GALLERY["auto precision outside the Trainer"])
 meant["fp16"]["enabled"] = True
 for label, config in (("fp16 enabled: true", meant), ('fp16 enabled: "auto"', GALLERY["auto precision outside the Trainer"])):
     e = config_effect(config, params="7B", gpus_per_node=8, accounting="paper").memory
-    print(f"{label:22} precision {read_settings(config, world_size=8).precision:5}  GPU {units.format_bytes(e.gpu_bytes, 'GB')} per GPU")
+    print(tr(f"{label:22} precision {read_settings(config, world_size=8).precision:5}  GPU {units.format_bytes(e.gpu_bytes, 'GB')} per GPU"))
 
 # %% [markdown]
 # `explain_config` says what every field you set means and what DeepSpeed uses when you leave it out:
+
+# %% [markdown] lang="zh" en="7f5e5ef01064"
+# `explain_config` 会说明你设置的每个字段是什么意思，以及不写时 DeepSpeed 用什么值：
 
 # %%
 for line in explain_config(GALLERY["batch written for one GPU"]):
@@ -245,6 +298,15 @@ for line in explain_config(GALLERY["batch written for one GPU"]):
 #
 # DeepSpeed stops at the first error it raises, so the doctor's first report does not list everything: fix, check
 # again, repeat.
+
+# %% [markdown] lang="zh" en="c5cce6a0d390"
+# ## 练习 2：修好一份坏掉的配置（3 分）
+#
+# 下面这份配置原本是为 **8 张 A100 GPU** 写的：ZeRO-3，参数卸载（offload）到 CPU 内存，优化器状态卸载到挂载在 `/local_nvme` 的 NVMe 盘，每张 GPU 每个微步 4 个样本、梯度累积 2 步，bf16。把 `FIXED` 设为一份修正后的配置（一个 dict）：DeepSpeed 在总进程数为 8 时接受它，配置医生对它既不报 error 也不报 warning，而且它表达的仍然恰好是上面的意思。（允许调用 `check_config(FIXED, world_size=8)`。）
+#
+# *接受的答案*：一个 `dict`；只要 DeepSpeed 读出来是上述设置的配置都可以，`train_batch_size` 写出来或留给 DeepSpeed 自己推导都行；`nvme_path` 末尾可以带斜杠。隐藏测试检查的是 DeepSpeed 从中读出的设置。
+#
+# DeepSpeed 遇到第一个错误就会停下，所以配置医生的第一份报告并不会列出所有问题：修一处，再检查，如此反复。
 
 # %% nbgrader={"grade": false, "grade_id": "broken", "locked": true, "schema_version": 3, "solution": false, "task": false}
 BROKEN = {
@@ -294,7 +356,7 @@ assert (settings.micro_batch, settings.grad_accum) == (4, 2), "keep 4 samples pe
 _nvme = FIXED["zero_optimization"]["offload_optimizer"].get("nvme_path")
 assert isinstance(_nvme, str) and os.path.normpath(_nvme) == "/local_nvme", \
     f"zero_optimization.offload_optimizer.nvme_path {_nvme!r} is not the folder the text names for the NVMe drive"
-print("Visible checks passed.")
+print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
@@ -327,6 +389,15 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # - `stage3_prefetch_bucket_size: "auto"`: dropped silently outside the Trainer; remove it or write a number.
 # - NVMe without `nvme_path`: add the folder.
 
+# %% [markdown] lang="zh" en="74950160e55d"
+# 需要改什么，以及为什么：
+#
+# - `train_batch_size: "auto"`：只有 Hugging Face Trainer 或 Accelerate 会替换它。写出具体数字（微批次（micro-batch）大小 x 累积步数 x 8 张 GPU），或者干脆不写，让 DeepSpeed 自己推导。
+# - fp16 和 bf16 同时开启：DeepSpeed 会拒绝。A100 用 bf16，所以删掉 fp16 块。
+# - `mics_shard_size`：MiCS 已从 DeepSpeed 中移除，这个键现在会报错。
+# - `stage3_prefetch_bucket_size: "auto"`：在 Trainer 之外会被静默丢弃；删掉它，或者写一个数字。
+# - NVMe 却没有 `nvme_path`：补上文件夹路径。
+
 # %% [markdown]
 # ## Predicting the effect of a change
 #
@@ -335,16 +406,21 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # for two configs and lists the fields that differ. Here, what switching ZeRO-2 to ZeRO-3 does for a 7B model on 8
 # GPUs (the batch fields give 2 accumulation steps on 8 GPUs, and traffic is counted per optimizer step):
 
+# %% [markdown] lang="zh" en="0e1e45d0fc6e"
+# ## 预测一次改动的效果
+#
+# `config_effect(config, params, gpus_per_node)` 读取 DeepSpeed 实际会用的设置（包括它的默认值，并忽略它会忽略的部分），再交给 `zerolab.memory` 和 `zerolab.comm` 计算。`compare_configs(a, b, ...)` 对两份配置做同样的事，并列出不同的字段。下面看 7B 模型在 8 张 GPU 上从 ZeRO-2 换成 ZeRO-3 会怎样（batch 字段在 8 张 GPU 上得出 2 步梯度累积，通信量按每个优化器步（optimizer step）计）：
+
 # %%
 zero2 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
          "zero_optimization": {"stage": 2}}
 zero3 = copy.deepcopy(zero2)
 zero3["zero_optimization"]["stage"] = 3
 diff = compare_configs(zero2, zero3, params="7B", gpus_per_node=8)
-print("changed:", diff.changed)
+print(tr("changed:"), diff.changed)
 for label, effect in (("ZeRO-2", diff.effect_a), ("ZeRO-3", diff.effect_b)):
-    print(f"{label}: GPU {units.format_bytes(effect.memory.gpu_bytes, 'GiB')} per GPU, "
-          f"{effect.traffic.volume_in_params:.0f} Ψ per step, {units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU")
+    print(tr(f"{label}: GPU {units.format_bytes(effect.memory.gpu_bytes, 'GiB')} per GPU, "
+             f"{effect.traffic.volume_in_params:.0f} Ψ per step, {units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU"))
 
 # %% [markdown]
 # ## Exercise 3: how much does it save? (2 points)
@@ -354,6 +430,13 @@ for label, effect in (("ZeRO-2", diff.effect_a), ("ZeRO-3", diff.effect_b)):
 # config `P`? Read the configs carefully. Set `SAVED_BYTES` to a number of **bytes**.
 #
 # *Accepted:* an `int` or `float` of bytes (not GB or GiB), positive, within 1 % of zerolab's figure.
+
+# %% [markdown] lang="zh" en="9bf6d9384383"
+# ## 练习 3：能省多少？（2 分）
+#
+# 一位同事想在 8 张 GPU 上放下一个 7B 模型，手上有两份候选配置。按 **ZeRO 论文的口径**（每个参数 2 + 2 + 12 字节，只算模型状态），配置 `Q` 每张 GPU 比配置 `P` *少*需要多少**字节**？仔细读配置。把 `SAVED_BYTES` 设为一个以**字节**为单位的数。
+#
+# *接受的答案*：一个 `int` 或 `float`，单位是字节（不是 GB 或 GiB），为正数，与 zerolab 的结果相差不超过 1 %。
 
 # %% nbgrader={"grade": false, "grade_id": "candidates", "locked": true, "schema_version": 3, "solution": false, "task": false}
 P_CONFIG = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": True},
@@ -375,7 +458,7 @@ effect_q = config_effect(Q_CONFIG, params="7B", gpus_per_node=8, accounting="pap
 close_to(SAVED_BYTES, effect_p - effect_q, "SAVED_BYTES", 0.01, "bytes",
          hint="does P's offload_param do anything at stage 2? Then compare what ZeRO-3 partitions that ZeRO-2 does not",
          slips={-1: "wrong sign: Q needs less than P, so the saving is positive (P minus Q)"})
-print("Visible checks passed.")
+print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import config_effect
@@ -394,12 +477,15 @@ _ = close_to(answer, reference, "SAVED_BYTES", 0.01, "bytes")
 # the parameters' bytes minus the share each GPU still holds. Both accountings side by side (DeepSpeed's adds fp32
 # gradients and, for ZeRO-3, the largest layer gathered in full):
 
+# %% [markdown] lang="zh" en="1f393e360716"
+# P 的 `offload_param` 在 stage 2 下不起作用，所以 P 就是普通的 ZeRO-2：bf16 参数在每张 GPU 上都是完整的一份，梯度和优化器状态被切分到各张 GPU 上。Q 是 ZeRO-3，连参数也切分了。省下的就是参数的字节数减去每张 GPU 仍持有的那份分片。下面把两种口径并排列出（DeepSpeed 的口径额外计入 fp32 梯度，对 ZeRO-3 还计入完整聚合的最大一层）：
+
 # %%
 for accounting in ("paper", "deepspeed"):
     diff = compare_configs(P_CONFIG, Q_CONFIG, params="7B", gpus_per_node=8, accounting=accounting)
     saved = diff.effect_a.memory.gpu_bytes - diff.effect_b.memory.gpu_bytes
-    print(f"{accounting:9}: P {units.format_bytes(diff.effect_a.memory.gpu_bytes, 'GB')}, "
-          f"Q {units.format_bytes(diff.effect_b.memory.gpu_bytes, 'GB')}, saved {units.format_bytes(saved, 'GB')} per GPU")
+    print(tr(f"{accounting:9}: P {units.format_bytes(diff.effect_a.memory.gpu_bytes, 'GB')}, "
+             f"Q {units.format_bytes(diff.effect_b.memory.gpu_bytes, 'GB')}, saved {units.format_bytes(saved, 'GB')} per GPU"))
 
 # %% [markdown]
 # ## Exercise 4: what does it cost in traffic? (2 points)
@@ -412,6 +498,15 @@ for accounting in ("paper", "deepspeed"):
 # partition (lesson 03 counts the collectives).
 #
 # *Accepted:* an `int` or `float`, a multiple of Ψ (not bytes or GB), exact to one part in a million.
+
+# %% [markdown] lang="zh" en="d760cb0af4f6"
+# ## 练习 4：通信量上要付出多少？（2 分）
+#
+# 同一个模型、8 张 GPU 的两份配置，梯度累积都是 8 步：`R` 用 ZeRO-1，`S` 用 ZeRO-2。按 ZeRO 论文的通信量口径，每个**优化器步**，`S` 每张 GPU 比 `R` 多传输的量是参数量 Ψ 的多少倍？把 `EXTRA_PSI` 设为一个数。
+#
+# 你需要知道的：ZeRO-1 在微步之间让每张 GPU 保留完整的梯度；ZeRO-2 只保留自己那份梯度分片（第 03 课统计了各个集合通信）。
+#
+# *接受的答案*：一个 `int` 或 `float`，是 Ψ 的倍数（不是字节或 GB），精确到百万分之一。
 
 # %% nbgrader={"grade": false, "grade_id": "traffic_pair", "locked": true, "schema_version": 3, "solution": false, "task": false}
 R_CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
@@ -437,7 +532,7 @@ close_to(EXTRA_PSI, volume_s - volume_r, "EXTRA_PSI", 1e-6,
                 2 * 7e9: "wrong unit: that is bytes (2 per bf16 value); give a multiple of Ψ",
                 7e9: "wrong unit: that is a number of values; divide by Ψ",
                 2 * 7e9 / 1e9: "wrong unit: that is GB; give a multiple of Ψ"})
-print("Visible checks passed.")
+print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import config_effect
@@ -455,11 +550,14 @@ _ = close_to(plain(EXTRA_PSI, "EXTRA_PSI"), reference, "EXTRA_PSI", 1e-6)
 # parameters once. With long accumulation ZeRO-1 can be the better choice when the network is slow and the memory
 # allows it:
 
+# %% [markdown] lang="zh" en="23da2a590c56"
+# ZeRO-1 在每张 GPU 上保留完整梯度，在本地把各微步的梯度累加起来，每个优化器步只做一次 reduce-scatter。ZeRO-2 只保留自己的梯度分片，所以每个微步都要 reduce-scatter。两者都在最后对更新后的参数做一次 all-gather。梯度累积步数多、网络慢且显存够用时，ZeRO-1 可能是更好的选择：
+
 # %%
 for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
     effect = config_effect(config, params="7B", gpus_per_node=8)
-    print(f"{label}: {effect.traffic.volume_in_params:.0f} Ψ per optimizer step, "
-          f"{units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU, GPU memory {units.format_bytes(effect.memory.gpu_bytes, 'GiB')}")
+    print(tr(f"{label}: {effect.traffic.volume_in_params:.0f} Ψ per optimizer step, "
+             f"{units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU, GPU memory {units.format_bytes(effect.memory.gpu_bytes, 'GiB')}"))
 
 # %% [markdown]
 # ## Summary
@@ -490,6 +588,28 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 # Without gradient accumulation they move the same volume per step (the paper's 2Ψ). With accumulation ZeRO-2 reduces
 # gradients on every micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
 
+# %% [markdown] lang="zh" en="5ab51e699fac"
+# ## 小结
+#
+# - DeepSpeed 严格校验各个块，却忽略顶层的未知键：`zero_optimization` 拼错，就等于完全没有 ZeRO。
+# - 被接受但被忽略或会出错的：stage 3 以下的 `offload_param`、没有 `nvme_path` 的 NVMe、在 Hugging Face Trainer 之外写在块里的 `"auto"`。会被拒绝的：fp16 + bf16、batch 字段在给定总进程数下乘不出来、MiCS 这类已移除的功能。
+# - 用点分路径指出问题；按实际运行时的总进程数检查配置。
+# - 改动之前先预测：`config_effect` 和 `compare_configs` 读取 DeepSpeed 实际会用的设置，并据此计算显存和通信量。
+#
+# ## 面试问题
+#
+# **你的 ZeRO-2 训练占用的显存和普通 DDP 一样多。首先检查什么？**
+# 检查 DeepSpeed 是否真的读到了 ZeRO 块：顶层的键拼错会被无声忽略，训练退回 stage 0。引擎日志里打印 ZeRO stage 的那一行，或者一个配置校验工具，都能告诉你答案。
+#
+# **你设置了 `offload_param`，显存却没变。为什么？**
+# 参数卸载只在 ZeRO-3 下生效；在 stage 1 和 2 下，DeepSpeed 接受这个键，但从不使用它。
+#
+# **一份来自 Hugging Face 示例的配置报了一个关于 `str` 和 `//` 的 TypeError。为什么？**
+# 它包含 `"auto"` 值，而这些值只有 Trainer 和 Accelerate 会填。直接交给 DeepSpeed 用时，batch 字段必须是数字；块里的 `"auto"` 会被静默丢弃并改用默认值。
+#
+# **ZeRO-2 的通信量比 ZeRO-1 大吗？**
+# 没有梯度累积时，两者每步的通信量相同（论文中的 2Ψ）。有梯度累积时，ZeRO-2 每个微步都要规约梯度，而 ZeRO-1 只在累积边界规约一次，所以每个优化器步 ZeRO-2 传输得更多。
+
 # %% [markdown]
 # ## References
 #
@@ -497,3 +617,10 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 #   `deepspeed/runtime/zero/offload_config.py` (`pin_memory`), `deepspeed/runtime/config.py` (batch arithmetic).
 # - DeepSpeed issue #8489: features removed from DeepSpeed, MiCS among them.
 # - zerolab's doctor: `zerolab/config/checks.py` (the checks DeepSpeed does not make).
+
+# %% [markdown] lang="zh" en="46e5b3bb6845"
+# ## 参考资料
+#
+# - DeepSpeed 0.19.8 源码：`deepspeed/runtime/zero/config.py`（取决于 stage 的 `overlap_comm`）、`deepspeed/runtime/zero/offload_config.py`（`pin_memory`）、`deepspeed/runtime/config.py`（batch 的算术关系）。
+# - DeepSpeed issue #8489：从 DeepSpeed 中移除的功能，MiCS 在其中。
+# - zerolab 的配置医生：`zerolab/config/checks.py`（DeepSpeed 自己不做的那些检查）。

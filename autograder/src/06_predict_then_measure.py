@@ -1,6 +1,9 @@
 # %% [markdown]
 # # Lesson 06: Predict, then measure
 
+# %% [markdown] lang="zh" en="c2a8b9aefb24"
+# # 第 06 课：先预测，再实测
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -18,12 +21,24 @@
 # thousand parameters is what ZeRO does for 13 billion. Predictions come from lesson 01's rules
 # (`zerolab.memory.estimate`); measurements come from `zerolab.run`.
 
+# %% [markdown] lang="zh" en="ba7d9e9f1c7c"
+# ## 学习目标
+#
+# 学完本课，你能够：
+#
+# - 在运行任何东西之前，预测在 ZeRO stage 0-3 下、开或不开卸载（offload）时，每个 rank 持有多少字节的参数、梯度、fp32 主权重和 Adam 状态；
+# - 在 notebook 里直接在多个 rank 上运行一个真实的 DeepSpeed ZeRO 任务（不用 `deepspeed` 启动器），并从引擎自己的张量中读出每个 rank 实际持有什么；
+# - 解释 DeepSpeed 0.19.8 与 ZeRO 论文的口径不一致的每一处，并说明它是设计上的选择，还是意料之外的情况。
+#
+# 模型是一个很小的 GPT（`zerolab.run.model.TinyGPT`），用合成的 token 训练，所以在 CPU rank 上一次运行只要几秒。每个参数占多少字节与模型大小无关：你在这里为十万个参数做的预测，就是 ZeRO 在 130 亿参数上的行为。预测来自第 01 课的规则（`zerolab.memory.estimate`）；实测来自 `zerolab.run`。
+
 # %%
 import os
 
 import torch
 
 from zerolab import memory
+from zerolab.i18n import tr
 from zerolab.run import ModelSpec, make_config, run_in_notebook
 from zerolab.run.model import TinyGPT, count_params
 
@@ -31,7 +46,7 @@ RANKS = 2
 SPEC = ModelSpec()
 with torch.device("meta"):  # the shape only: no memory, no time
     PARAMS = count_params(TinyGPT(SPEC))
-print(f"tiny GPT: {SPEC}; {PARAMS:,} parameters; {RANKS} ranks")
+print(tr(f"tiny GPT: {SPEC}; {PARAMS:,} parameters; {RANKS} ranks"))
 
 # %% [markdown]
 # ## 1. Predict: the optimizer side
@@ -46,6 +61,15 @@ print(f"tiny GPT: {SPEC}; {PARAMS:,} parameters; {RANKS} ranks")
 # states (momentum + variance) when `params` parameters are trained with ZeRO `stage` on `ranks` data-parallel
 # ranks. Return a dict `{"master_weights": int, "optimizer_states": int}`. The test cell checks the tiny model;
 # hidden tests check other sizes and rank counts.
+
+# %% [markdown] lang="zh" en="b3ab6b563311"
+# ## 1. 预测：优化器这一侧
+#
+# 在 CPU rank 上，zerolab 用 **bf16** 训练（DeepSpeed 的 CPU accelerator 处处支持 bf16；fp16 只在带 oneDNN fp16 内核的 CPU 上可用）。bf16 和 fp16 一样占 2 字节，所以论文的混合精度口径照样适用：Adam 保存一份 fp32 主权重，外加两个 fp32 的矩（moment）。
+#
+# ### 练习 1：每个 rank 上的主权重和 Adam 状态
+#
+# 编写 `optimizer_bytes(params, stage, ranks)`：用 ZeRO `stage` 在 `ranks` 个数据并行 rank 上训练 `params` 个参数时，**一个 rank** 持有的 fp32 主权重字节数和 Adam 状态（动量 + 方差）字节数。返回一个 dict `{"master_weights": int, "optimizer_states": int}`。测试单元格检查这个小模型；隐藏测试检查其他模型大小和 rank 数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_optimizer_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def optimizer_bytes(params, stage, ranks):
@@ -87,6 +111,13 @@ for _params in (1_000_003, 7_000_000_000):
 # Write `training_bytes(params, stage, ranks)`: the bytes one rank holds of bf16 parameters and of bf16
 # gradients, by the paper's accounting (P_os partitions the optimizer states, P_os+g also the gradients,
 # P_os+g+p also the parameters). Return `{"params": int, "grads": int}`. Hidden tests check other sizes.
+
+# %% [markdown] lang="zh" en="3f480c559ec4"
+# ## 2. 预测：参数和梯度
+#
+# ### 练习 2：每个 rank 上训练精度的那部分
+#
+# 编写 `training_bytes(params, stage, ranks)`：按 ZeRO 论文的口径，一个 rank 持有的 bf16 参数字节数和 bf16 梯度字节数（P_os 切分优化器状态，P_os+g 还切分梯度，P_os+g+p 还切分参数）。返回 `{"params": int, "grads": int}`。隐藏测试检查其他模型大小。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_training_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def training_bytes(params, stage, ranks):
@@ -135,6 +166,15 @@ for _params in (999_999_937, 13_000_000_000):
 # `"cpu"`: a dict `{"device": int, "host": int}` with the bytes one rank keeps on its accelerator and the bytes
 # it keeps in host memory (its share of the node's host RAM), by the paper's accounting. It is graded on its own,
 # so write it out in full rather than calling your two functions. Hidden tests check other combinations.
+
+# %% [markdown] lang="zh" en="46e024433dbf"
+# ## 3. 预测：卸载搬走了什么
+#
+# 卸载（offload）不会让一个 rank 的模型状态变小，只是把它们挪了个地方。用 `offload_optimizer` 时，主权重和 Adam 状态搬到主机内存（按论文的口径，从 stage 2 起，CPU 优化器要用的那份梯度分片也一起搬过去，ZeRO-Offload 就是这么做的）；用 `offload_param`（仅 stage 3）时，参数分片也搬过去。DeepSpeed 0.19.8 走得更远：只要开了 CPU 优化器卸载（包括 ZeRO-1），它就在主机上保留一份 **fp32** 梯度分片；有梯度累积时，还有 16 位的累积缓冲区（默认是锁页内存）。下面的实测会显示这份 fp32 梯度；本练习按论文的口径来。
+#
+# ### 练习 3：每个 rank 在加速器上和主机上的字节数
+#
+# 编写 `offload_split(params, stage, ranks, offload_optimizer, offload_param)`，其中两个设备参数取 `"none"` 或 `"cpu"`：按论文的口径，返回一个 dict `{"device": int, "host": int}`，分别是一个 rank 留在加速器上的字节数和放在主机内存中的字节数（即它在本节点主机内存中所占的份额）。这道题单独评分，所以请完整写出，不要调用你前面写的两个函数。隐藏测试检查其他组合。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_offload_split", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def offload_split(params, stage, ranks, offload_optimizer, offload_param):
@@ -194,11 +234,18 @@ for _params in (123_456_789, 70_000_000_000):
 # its progress line shows the time so far. Each run prints its configuration first. These cells skip themselves
 # while nbgrader grades.
 
+# %% [markdown] lang="zh" en="d8117f16f757"
+# ## 4. 实测
+#
+# `run_in_notebook` 为每个 rank 启动一个进程（它自己设置 `RANK`、`WORLD_SIZE`、`MASTER_ADDR`、`MASTER_PORT` 并挑一个空闲端口，所以不需要 `deepspeed` 启动器），用 `deepspeed.initialize` 把这个小 GPT 训练几步，然后从每个 rank 的引擎中读出它实际持有什么。结束时所有 rank 都会被停掉，即使某个 rank 失败或你中断了 kernel 也一样。
+#
+# 这些运行要用到 DeepSpeed 的两个编译好的算子：共享内存通信算子和 CPU Adam（用于优化器卸载）。`bash scripts/setup.sh` 会把它们各编译一次（在 2 核上每个 2-3 分钟），并缓存到 `~/.cache/torch_extensions`；在还没编译过的地方（Colab、ModelScope），第一次运行时会编译它们，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。
+
 # %%
 SETUPS = [(1, "none", "none"), (3, "none", "none"), (2, "cpu", "none")]  # add (3, "cpu", "cpu") and others
 results = {}
 if os.environ.get("NBGRADER_EXECUTION"):
-    print("Real runs are skipped while grading.")
+    print(tr("Real runs are skipped while grading."))
 else:
     for stage, offload_optimizer, offload_param in SETUPS:
         print(f"ZeRO-{stage}, offload_optimizer={offload_optimizer}, offload_param={offload_param}:")
@@ -210,13 +257,16 @@ else:
 # your own prediction in the column *yours*. The notes under each table say why a figure differs from the paper's
 # accounting.
 
+# %% [markdown] lang="zh" en="57bc6e0981de"
+# 下面是每个 rank 的实测值与 zerolab 预测值（第 01 课的规则）的对照；练习 1 和 2 做对之后，*yours* 列会显示你自己的预测。每张表下面的注释说明了某个数字为什么与论文的口径不同。
+
 # %%
 for (stage, offload_optimizer, offload_param), result in results.items():
     try:
         yours = {**optimizer_bytes(PARAMS, stage, RANKS), **training_bytes(PARAMS, stage, RANKS)}
     except Exception as error:  # not answered yet (NotImplementedError) or not working: the table goes on without
         yours = None
-        print(f"(no column 'yours' yet: your functions raised {type(error).__name__})")
+        print(tr(f"(no column 'yours' yet: your functions raised {type(error).__name__})"))
     print(result.table(yours=yours), end="\n\n")
 
 # %%
@@ -242,6 +292,14 @@ if results:
 #   model states are a sliver of it; for a 13B model they are most of it. That is why lesson 01 predicts model
 #   states and why real jobs still need headroom.
 
+# %% [markdown] lang="zh" en="bc626cfd88cf"
+# ### 实测告诉了我们什么
+#
+# - 优化器这一侧（主权重和 Adam 状态）与论文精确到字节：stage 1 及以上把它除以 rank 数，无论它放在哪里。
+# - **stage 1 的梯度。** 论文的 P_os 保留完整的梯度，但 DeepSpeed 的 stage 1 跑的是 stage 2 的代码：在每个梯度累积边界，它规约梯度后只保留自己的分片。快照是在这次规约之后拍的，所以这里 stage 1 看起来和 stage 2 一样。峰值时则不然：`overlap_comm` 关闭时，ZeRO-1 要等反向传播完全结束才规约（`engine.allreduce_gradients`），所以完整的 16 位梯度会短暂地常驻。
+# - **fp32 梯度。** DeepSpeed 的估算函数比论文每个参数多算 4 字节：一份 fp32 梯度分片。不卸载时它只在 `step()` 内部存在；开了优化器卸载时它常驻主机，而相应地不再有 16 位的梯度分片。
+# - **峰值内存**是整个进程的：Python、torch、DeepSpeed、激活值和各种缓冲区。对小模型来说，模型状态只占其中一小片；对 13B 模型来说则占大头。这就是为什么第 01 课预测的是模型状态，而真实任务仍然需要留出余量。
+
 # %% [markdown]
 # ## 5. On a GPU (optional)
 #
@@ -249,20 +307,25 @@ if results:
 # optimizer offload in fp16 on one GPU, sized to fit a 16 GB T4, and compares the GPU memory DeepSpeed allocated
 # with the prediction for the GPU: only the 16-bit parameters stay there. Without CUDA it skips itself.
 
+# %% [markdown] lang="zh" en="760be76d7a71"
+# ## 5. 在 GPU 上（可选）
+#
+# 在有 CUDA 的机器上（Colab：*Runtime > Change runtime type > T4 GPU*），下一个单元格在一张 GPU 上以 fp16 运行带 CPU 优化器卸载的 ZeRO-2，规模设定为能放进一张 16 GB 的 T4，并把 DeepSpeed 实际分配的显存与对 GPU 的预测作比较：只有 16 位参数留在 GPU 上。没有 CUDA 时它会自动跳过。
+
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):
-    print("GPU run skipped while grading.")
+    print(tr("GPU run skipped while grading."))
 elif not torch.cuda.is_available():
-    print("No CUDA GPU here: GPU run skipped.")
+    print(tr("No CUDA GPU here: GPU run skipped."))
 else:
     gpu_spec = ModelSpec(layers=4, width=512, heads=8, vocab=8192, seq_len=128)
     gpu_result = run_in_notebook(make_config(2, "cpu", precision="fp16"), ranks=1, device="cuda", model=gpu_spec)
     print(gpu_result.table())
     gpu_predicted = memory.estimate(gpu_result.setup["params"], 2, offload_optimizer="cpu", precision="fp16")
-    print("predicted model states on the GPU:", f"{gpu_predicted.gpu_bytes:,} B")
-    print("torch.cuda.memory_allocated() after deepspeed.initialize:",
+    print(tr("predicted model states on the GPU:"), f"{gpu_predicted.gpu_bytes:,} B")
+    print(tr("torch.cuda.memory_allocated() after deepspeed.initialize:"),
           f"{gpu_result.ranks[0]['memory_after_initialize_bytes']:,} B")
-    print("torch.cuda.max_memory_allocated() over the run:", f"{gpu_result.ranks[0]['peak_memory_bytes']:,} B")
+    print(tr("torch.cuda.max_memory_allocated() over the run:"), f"{gpu_result.ranks[0]['peak_memory_bytes']:,} B")
 
 # %% [markdown]
 # ## Summary
@@ -296,6 +359,28 @@ else:
 # `WORLD_SIZE` for each process, start them as fresh processes (not a fork of a kernel that imported torch),
 # and make sure every rank is stopped when one fails or the cell is interrupted.
 
+# %% [markdown] lang="zh" en="750442f45cc0"
+# ## 小结
+#
+# - 每个 rank 上，混合精度 Adam 每个参数持有 2 + 2 字节的参数和梯度，以及 4 + 8 字节的主权重和矩；ZeRO-1 把这 12 字节除以 rank 数，ZeRO-2 再加上梯度，ZeRO-3 再加上参数。真实的 DeepSpeed 引擎在优化器这一侧持有的正是这么多。
+# - 卸载把字节从加速器挪到主机内存；它并不会消除这些字节。
+# - DeepSpeed 在几处与论文的不同是有意为之：stage 1 在每个累积边界切分梯度；存在一份 fp32 梯度分片（在 `step()` 内部，或在卸载时常驻）；扁平缓冲区会做填充（padding），让各分片对齐。
+# - notebook 自己设置好 rank 的环境变量，就能不用启动器运行 DeepSpeed。
+#
+# ## 面试问题
+#
+# **问：8 张 GPU 上用 ZeRO-2，每张 GPU 每个参数持有多少字节的 Adam 相关状态？**
+# 答：fp32 主权重、动量和方差共 12 字节除以 8，加上 2 字节的梯度分片除以 8，再加上完整的 2 字节参数。用第 01 课的规则算出来即可；实测的引擎在优化器这一侧与之精确到字节。
+#
+# **问：实测的显存远高于模型状态的估算值。是估算错了吗？**
+# 答：不一定：估算只覆盖模型状态。激活值、通信桶（`reduce_bucket_size`，开 `overlap_comm` 时翻倍）、CUDA context 和内存碎片都要另算。
+#
+# **问：DeepSpeed 的估算函数说每个参数有 18 字节被切分；论文说是 14 字节。谁对？**
+# 答：就各自统计的内容而言都对：DeepSpeed 多算了一份 4 字节的 fp32 梯度分片。不卸载时，它在优化器步内部创建并随即释放；卸载时，它常驻在主机内存中。
+#
+# **问：怎样在 Jupyter notebook 里运行 DeepSpeed？**
+# 答：自己启动各个 rank：为每个进程设置 `MASTER_ADDR`、`MASTER_PORT`（一个空闲端口）、`RANK`、`LOCAL_RANK` 和 `WORLD_SIZE`，把它们作为全新的进程启动（而不是从已经 import 了 torch 的 kernel fork 出来），并确保某个 rank 失败或单元格被中断时，所有 rank 都会被停掉。
+
 # %% [markdown]
 # ## 6. Predict, then measure: offload traffic
 #
@@ -316,6 +401,17 @@ else:
 # being `"bf16"` or `"fp32"`: the bytes **one rank** copies per optimizer step, as `{"to_host": int, "to_device":
 # int}`, counting the rank's partition as `params / ranks` values (DeepSpeed 0.19.8's accounting). Hidden tests
 # compare with zerolab's model of DeepSpeed, which the course's tests check against the meter on real runs.
+
+# %% [markdown] lang="zh" en="fdcc0f467262"
+# ## 6. 先预测，再实测：卸载的数据搬运量
+#
+# 卸载还会**每一步**都搬运字节。`zerolab.run` 带有一个流量计（`zerolab.run.meter`）：它包装了 DeepSpeed 的通信后端，以及优化器的设备张量与其主机端卸载缓冲区之间的拷贝，按 rank、按优化器步统计每个方向的字节数。在 CPU rank 上，"设备"和主机是同一块内存，所以它统计的是 DeepSpeed 在两者之间做的拷贝，也就是在 GPU 上要经过 PCIe 的那些拷贝。
+#
+# DeepSpeed 0.19.8 在 ZeRO-2 加 `offload_optimizer: cpu` 时的做法（`stage_1_and_2.py`）：在累积边界，每个 rank 把自己的梯度分片转成 fp32 并拷贝到主机（每个值 4 字节）；`gradient_accumulation_steps` 大于 1 时，每个微步还要把 16 位梯度拷贝到主机上的累积缓冲区，而从第二个微步起，这个缓冲区还要拷贝回来以便累加；CPU Adam 更新之后，更新过的分片以训练精度拷贝回来。
+#
+# ### 练习 4：每个 rank、每步卸载的字节数
+#
+# 为带 CPU 优化器卸载的 ZeRO-2 编写 `offload_traffic(params, ranks, grad_accum, precision)`，其中 `precision` 为 `"bf16"` 或 `"fp32"`：返回**一个 rank** 每个优化器步拷贝的字节数，形式为 `{"to_host": int, "to_device": int}`，rank 的分片按 `params / ranks` 个值计算（DeepSpeed 0.19.8 的口径）。隐藏测试会与 zerolab 对 DeepSpeed 的建模结果比较，而课程的测试会在真实运行上用流量计检验这个模型。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_offload_traffic", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def offload_traffic(params, ranks, grad_accum, precision):
@@ -358,9 +454,12 @@ for _params in (123_456, 13_000_000_000):
 # edge and the padding of the flat buffer), and your prediction (which uses `params / ranks`; on a tiny model the
 # edges show, on a large one they vanish).
 
+# %% [markdown] lang="zh" en="ce90199bf238"
+# 现在让运行来实测：ZeRO-2、CPU 优化器卸载、bf16、3 步梯度累积、2 个 rank。表中并列显示流量计测得的每个 rank 的字节数、zerolab 的精确模型（它计入跨越分片边界的完整参数，以及扁平缓冲区的填充），以及你的预测（它用的是 `params / ranks`；在小模型上边界的影响看得出来，在大模型上就可以忽略了）。
+
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):
-    print("Real runs are skipped while grading.")
+    print(tr("Real runs are skipped while grading."))
 else:
     traffic_run = run_in_notebook(make_config(2, "cpu", precision="bf16", accumulation=3), ranks=RANKS, steps=2)
     try:
@@ -368,12 +467,12 @@ else:
         yours_to_host, yours_to_device = f"{yours['to_host']:,} B", f"{yours['to_device']:,} B"
     except Exception as error:  # exercise 4 not answered yet: the measurement is shown without your column
         yours_to_host = yours_to_device = "-"
-        print(f"(no 'yours' yet: offload_traffic raised {type(error).__name__})")
+        print(tr(f"(no 'yours' yet: offload_traffic raised {type(error).__name__})"))
     for rank in range(RANKS):
         measured, model = traffic_run.measured_traffic(rank), traffic_run.predicted_traffic[rank]
-        print(f"rank {rank}: to host measured {measured['device_to_host_bytes']:,} B, model "
-              f"{model['device_to_host_bytes']:,} B, yours {yours_to_host}; back measured "
-              f"{measured['host_to_device_bytes']:,} B, model {model['host_to_device_bytes']:,} B, "
-              f"yours {yours_to_device}")
+        print(tr(f"rank {rank}: to host measured {measured['device_to_host_bytes']:,} B, model "
+                 f"{model['device_to_host_bytes']:,} B, yours {yours_to_host}; back measured "
+                 f"{measured['host_to_device_bytes']:,} B, model {model['host_to_device_bytes']:,} B, "
+                 f"yours {yours_to_device}"))
     print()
     print(traffic_run.traffic_table())

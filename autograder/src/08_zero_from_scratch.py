@@ -1,6 +1,9 @@
 # %% [markdown]
 # # Lesson 08: ZeRO from scratch
 
+# %% [markdown] lang="zh" en="a69ece742141"
+# # 第 08 课：从零实现 ZeRO
+
 # %% [markdown]
 # ## Learning goals
 #
@@ -16,6 +19,19 @@
 # small model on its own rows of the batch. They compare the result with one process running
 # `torch.optim.AdamW` on the full batch. Each test has hidden parts (other world sizes and hyper-parameters).
 
+# %% [markdown] lang="zh" en="5291611d64c6"
+# ## 学习目标
+#
+# 到目前为止，你配置过 ZeRO，也预测过它的行为。这一课你要亲手实现它，只用普通的 `torch.distributed`：
+#
+# - 像 DeepSpeed 那样，把展平后的参数切成大小相等、带填充（padding）的分片；
+# - 实现 ZeRO-1：一个 AdamW，每个元素的矩只保存在拥有该元素的 rank 上；
+# - 实现 ZeRO-2：梯度直接平均到其所有者的分片里，其余部分释放掉；
+# - 配置 DeepSpeed stage 1，让它的训练结果与你的优化器完全一致，并比较每个 rank 持有什么；
+# - 读懂一个 ZeRO-3 的示意实现，并对照第 03 课的 3Ψ 统计它的通信量。
+#
+# 测试会**在真实的进程上运行你的单元格**：在这台 CPU 上起 2 或 3 个 rank，通过 gloo 连接，每个 rank 用 batch 中属于自己的那些行训练同一个小模型。测试把结果与单个进程在完整 batch 上运行 `torch.optim.AdamW` 的结果相比较。每个测试都有隐藏部分（其他总进程数和超参数）。
+
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
@@ -26,6 +42,7 @@ from zerolab import comm
 from zerolab.handmade import grade, verdict
 from zerolab.handmade import model as fixed
 from zerolab.handmade.partition import share_size
+from zerolab.i18n import tr
 
 # %% [markdown]
 # ## 1. Who owns what
@@ -36,12 +53,19 @@ from zerolab.handmade.partition import share_size
 #
 # The model every test trains has these parameters (element counts, in `model.parameters()` order):
 
+# %% [markdown] lang="zh" en="c472b95a660d"
+# ## 1. 谁拥有什么
+#
+# DeepSpeed 把参数展平成一个长缓冲区，填充到总进程数（world size）N 的整数倍，然后把第 r 个等长的分片交给 rank r。一个分片可以从某个参数的中间开始或结束，所以一个 rank 拥有的是一组区间，每个区间是某个参数展平后元素的一段。填充部分属于最后一个 rank，不属于任何参数。
+#
+# 每个测试训练的模型有下面这些参数（元素个数，按 `model.parameters()` 的顺序）：
+
 # %%
 numels = fixed.numels(fixed.build())
 for world_size in (2, 3):
     size = share_size(sum(numels), world_size)
-    print(f"{sum(numels)} elements in {len(numels)} parameters {numels}; N={world_size}: shares of {size}, "
-          f"{size * world_size - sum(numels)} padding")
+    print(tr(f"{sum(numels)} elements in {len(numels)} parameters {numels}; N={world_size}: shares of {size}, "
+             f"{size * world_size - sum(numels)} padding"))
 
 # %% [markdown]
 # ### Exercise 1: `partition(numels, world_size)`
@@ -51,6 +75,11 @@ for world_size in (2, 3):
 # parameters' boundaries. The tests check properties on many inputs: every element owned exactly once, each rank's
 # ranges one contiguous piece in rank order, equal shares (only the last may be short), and the same answer every
 # time.
+
+# %% [markdown] lang="zh" en="f5ff4355509d"
+# ### 练习 1：`partition(numels, world_size)`
+#
+# 为每个 rank 返回一个列表，列出它拥有的区间 `[(param_index, start, end), ...]`，`end` 不包含在内，全部用普通 int。rank r 拥有展平后的元素 `[r*s, (r+1)*s)`，其中 s 是填充后的总长度除以 N，再按参数的边界切开。测试在许多输入上检查以下性质：每个元素恰好被拥有一次；每个 rank 的区间连成一整段，且按 rank 顺序排列；各分片等长（只有最后一个可以短一些）；每次调用得到相同的结果。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_partition", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def partition(numels, world_size):
@@ -98,6 +127,17 @@ _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3),
 # AdamW per owned element, at step t: shrink the parameter by `lr * weight_decay` (decoupled decay), update the
 # moments `m = β1·m + (1-β1)·g` and `v = β2·v + (1-β2)·g²`, then subtract `lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`.
 
+# %% [markdown] lang="zh" en="ec249239eb56"
+# ## 2. ZeRO-1：切分优化器状态
+#
+# 每个 rank 仍然为自己的那些行计算完整的梯度，并保留全部参数。变化的是优化器步：
+#
+# 1. 在各 rank 之间平均梯度（每个 rank 训练的是不同的行；它们梯度的平均值就是完整 batch 的梯度）；
+# 2. 每个 rank 用 AdamW **只更新自己拥有的元素**，Adam 的两个矩也只为这些元素保存：这就是 ZeRO-1 省下的那部分，优化器内存只剩 1/N；
+# 3. 更新后的元素发送到每个 rank（一次 all-gather），这样所有 rank 以完全相同的状态开始下一步。
+#
+# 对每个拥有的元素，第 t 步的 AdamW：先把参数乘以 `1 - lr * weight_decay` 缩小（解耦的权重衰减），再更新两个矩 `m = β1·m + (1-β1)·g` 和 `v = β2·v + (1-β2)·g²`，然后减去 `lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`。
+
 # %% [markdown]
 # ### Exercise 2: `ShardedAdamW`
 #
@@ -112,6 +152,13 @@ _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3),
 # that ranks agree on who owns what, that each rank's optimizer state is at most 1/N of AdamW's (plus padding), that
 # all ranks end with the same parameters, and that these match `torch.optim.AdamW` on the full batch in one process.
 # Calling DeepSpeed or `ZeroRedundancyOptimizer` scores 0.
+
+# %% [markdown] lang="zh" en="519bd327ded8"
+# ### 练习 2：`ShardedAdamW`
+#
+# 为默认进程组（`dist.get_rank()`、`dist.get_world_size()`）编写下面这个类。把本 rank 的区间保存在 `self.owned` 中（即 `partition` 为本 rank 返回的那个列表）：测试会读取它。`zero_grad()` 把梯度设为 None。为练习 3 做准备：如果某个参数没有 `.grad`，但有 `.grad_shard`（一个一维张量：该参数中属于本 rank 的区间、已经平均过的梯度），就改用它。
+#
+# 测试方式：每个 rank 都运行这个单元格（在此之前已执行 `import math, torch` 和 `import torch.distributed as dist`，并提供一个正确的 `partition`，所以本练习不依赖练习 1）；类需要的一切都要写在这个单元格里。然后每个 rank 用 `zero_grad()`、`backward()`、`step()` 把模型训练几步。测试检查：各 rank 对谁拥有什么的看法一致；每个 rank 的优化器状态不超过 AdamW 的 1/N（加上填充）；所有 rank 最终的参数相同；并且这些参数与单进程在完整 batch 上运行 `torch.optim.AdamW` 的结果一致。调用 DeepSpeed 或 `ZeroRedundancyOptimizer` 得 0 分。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_sharded_adamw", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class ShardedAdamW(torch.optim.Optimizer):
@@ -185,11 +232,14 @@ _grade.zero1(ranks=3, steps=5, hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3
 # It trains like AdamW. What each rank held, measured on the ranks of the visible test (the tolerance is the one the
 # test used):
 
+# %% [markdown] lang="zh" en="251a6366505d"
+# 它的训练结果和 AdamW 一样。下面是每个 rank 持有的量，在可见测试的各个 rank 上实测（容差就是测试所用的容差）：
+
 # %%
-print(f"AdamW on one process: {fixed.adam_state_bytes()} bytes of optimizer state; parameters agree to "
-      f"{verdict.ATOL:g}")
+print(tr(f"AdamW on one process: {fixed.adam_state_bytes()} bytes of optimizer state; parameters agree to "
+         f"{verdict.ATOL:g}"))
 for rank, result in enumerate(zero1_ranks):
-    print(f"rank {rank}: {result['state_bytes']} bytes of optimizer state, owns {result['owned']}")
+    print(tr(f"rank {rank}: {result['state_bytes']} bytes of optimizer state, owns {result['owned']}"))
 
 # %% [markdown]
 # ## 3. ZeRO-2: shard the gradients too
@@ -208,6 +258,17 @@ for rank, result in enumerate(zero1_ranks):
 # The tests run this cell on the ranks (with `torch`, `dist`, `math` and a correct `partition`), check the shards
 # against the full batch's gradient, measure the bytes, and train with the course's own ZeRO-1 optimizer reading your
 # shards (so this exercise does not depend on exercise 2): it must still match AdamW.
+
+# %% [markdown] lang="zh" en="effc7d5cb92f"
+# ## 3. ZeRO-2：把梯度也切分
+#
+# 在 ZeRO-1 中，每个 rank 在优化器步之前都持有全部梯度。ZeRO-2 把每个梯度直接规约到拥有它的 rank 上（一次 reduce-scatter，或对每个所有者各做一次 `dist.reduce`），其余部分释放掉，于是一个 rank 的梯度内存也只剩 1/N。
+#
+# ### 练习 3：`shard_gradients(model)`
+#
+# 在 `backward()` 之后调用。调用之后，在每个 rank 上：每个参数的 `.grad` 都是 None；本 rank 拥有其中一部分的参数带有 `.grad_shard`，这是一个一维张量，按顺序恰好存放本 rank 所拥有元素的**平均后**梯度；本 rank 一个元素都不拥有的参数，其 `grad_shard` 为 None。一个 rank 上仍然存活的梯度内存最多只能是完整梯度的 1/N（加上填充）：如果分片是完整梯度的一个视图（view），整份梯度都会一直存活。
+#
+# 测试在各个 rank 上运行这个单元格（已提供 `torch`、`dist`、`math` 和一个正确的 `partition`），把分片与完整 batch 的梯度对照，实测字节数，并用课程自带的 ZeRO-1 优化器读取你的分片进行训练（所以本练习不依赖练习 2）：结果必须仍与 AdamW 一致。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_shard_gradients", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def shard_gradients(model):
@@ -241,8 +302,8 @@ _grade.zero2(ranks=3, steps=5, hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3
 # %%
 full_gradient_bytes = 4 * sum(numels)
 for rank, result in enumerate(zero2_ranks):
-    print(f"rank {rank}: {result['grad_bytes']} bytes of gradients after shard_gradients "
-          f"(all of them: {full_gradient_bytes} bytes)")
+    print(tr(f"rank {rank}: {result['grad_bytes']} bytes of gradients after shard_gradients "
+             f"(all of them: {full_gradient_bytes} bytes)"))
 
 # %% [markdown]
 # ## 4. Your ZeRO-1 against DeepSpeed's
@@ -257,6 +318,15 @@ for rank, result in enumerate(zero2_ranks):
 # Return the ds_config (a plain dict) for that run. `hyper` has the keys `lr`, `betas`, `eps`, `weight_decay`. The
 # test trains DeepSpeed with it on 2 ranks and compares its parameters after a few steps with `torch.optim.AdamW` on
 # the full batch; hidden tests use other hyper-parameters and world sizes.
+
+# %% [markdown] lang="zh" en="4c05d8c83661"
+# ## 4. 你的 ZeRO-1 对比 DeepSpeed 的
+#
+# DeepSpeed stage 1 做的事和你的 `ShardedAdamW` 一样。要比较两者，DeepSpeed 必须用相同的优化器、超参数和 batch 训练：torch 的 AdamW（在优化器的 params 中设 `"torch_adam": true`；不设的话，DeepSpeed 会编译并使用它自己的 fused Adam）、fp32、每步一个微批次（micro-batch），每个 rank 有 `global_batch / world_size` 行。
+#
+# ### 练习 4：`stage1_config(hyper, global_batch, world_size)`
+#
+# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较；隐藏测试会用其他超参数和总进程数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_stage1_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def stage1_config(hyper, global_batch, world_size):
@@ -299,8 +369,11 @@ for _hyper, _world in (({"lr": 3e-4, "betas": [0.85, 0.95], "eps": 1e-6, "weight
 # `ShardedAdamW` (exercise 2), then DeepSpeed stage 1 with your config. The bytes are measured on each rank: for
 # yours, the storages your optimizer holds; for DeepSpeed, the engine's own tensors (`zerolab.run.measure`).
 
+# %% [markdown] lang="zh" en="1ba6149468f1"
+# DeepSpeed 与 AdamW 的差距在下面的容差之内。现在让两个优化器**在同样的两个 rank 上**运行：先是你的 `ShardedAdamW`（练习 2），再是用你的配置运行的 DeepSpeed stage 1。字节数在每个 rank 上实测：你的优化器统计它持有的存储；DeepSpeed 统计引擎自己的张量（`zerolab.run.measure`）。
+
 # %%
-print(f"DeepSpeed against AdamW: tolerance {verdict.DEEPSPEED_ATOL:g}")
+print(tr(f"DeepSpeed against AdamW: tolerance {verdict.DEEPSPEED_ATOL:g}"))
 both = grade.side_by_side(stage1_config, ranks=2)
 rows = [("parameters", "param_bytes", "param_bytes"), ("gradients (after backward)", "grad_bytes", "grad_bytes"),
         ("fp32 master weights", None, "master_weight_bytes"), ("Adam moments", "optimizer_state_bytes",
@@ -311,13 +384,16 @@ for label, mine, theirs in rows:
     cells = "".join(f"{(r['handmade'][mine] if mine else 0):>14d}{r['deepspeed'][theirs]:>11d}" for r in both)
     print(f"{label:28s}{cells}")
 gap = max(abs(a - b) for a, b in zip(both[0]["handmade"]["params"], both[0]["deepspeed"]["params"]))
-print(f"largest parameter difference between yours and DeepSpeed's after the same steps: {gap:.1e}")
+print(tr(f"largest parameter difference between yours and DeepSpeed's after the same steps: {gap:.1e}"))
 
 # %% [markdown]
 # Read the table: both keep 1/N of Adam's moments. DeepSpeed also keeps an fp32 master copy of its share, even in
 # fp32 training. Its gradient column is measured after `engine.backward`, which in DeepSpeed 0.19.8 has already
 # reduced the gradients into this rank's averaged share and freed the full ones; during backward they were all
 # resident, as yours are until your `step()`. Keeping only the share from the start is what ZeRO-2 (exercise 3) does.
+
+# %% [markdown] lang="zh" en="051e48bd3ab7"
+# 看这张表：两者都只保存 1/N 的 Adam 矩。DeepSpeed 还为自己的分片保留一份 fp32 主权重，即使是 fp32 训练也一样。它的梯度列是在 `engine.backward` 之后实测的，而在 DeepSpeed 0.19.8 中，此时梯度已经规约进本 rank 平均后的分片，完整的梯度已被释放；在反向传播期间它们是全部常驻的，就像你的梯度在你的 `step()` 之前一样。从一开始就只保留分片，正是 ZeRO-2（练习 3）所做的事。
 
 # %% [markdown]
 # ## 5. A ZeRO-3 sketch (not graded)
@@ -327,6 +403,11 @@ print(f"largest parameter difference between yours and DeepSpeed's after the sam
 # gradients and reduce-scatters them to their owners. The cell below does that for the course's model and checks its
 # gradient against the full batch's. It counts traffic the way the ZeRO paper does (lesson 03): a collective over a
 # tensor of n elements counts n. Read it, run it, change it.
+
+# %% [markdown] lang="zh" en="ef27e32f9a55"
+# ## 5. ZeRO-3 示意实现（不计分）
+#
+# ZeRO-3 还会切分参数：在两步之间，一个 rank 只保留每一层中属于自己的分片。前向传播时，它 all-gather 一层的参数，用完即释放；反向传播时再 gather 一次，计算这一层的梯度，并把梯度 reduce-scatter 给各自的所有者。下面的单元格为课程的模型做了这件事，并把它的梯度与完整 batch 的梯度对照。它按 ZeRO 论文的口径（第 03 课）统计通信量：对 n 个元素的张量做一次集合通信，计为 n。读一读，运行一下，再改一改。
 
 # %%
 def zero3_step(model, inputs, targets):
@@ -387,10 +468,10 @@ def zero3_step(model, inputs, targets):
 sketch = grade.zero3_sketch(ranks=2)
 moved, psi = sketch[0]["moved"], sketch[0]["params"]
 for what, elements in moved.items():
-    print(f"{what:28s} {elements:6d} elements = {elements / psi:.3f} Ψ")
-print(f"total {sum(moved.values()) / psi:.3f} Ψ; the ZeRO paper's accounting for ZeRO-3 (lesson 03, comm.traffic): "
-      f"{comm.traffic(psi, 3, 2).volume_in_params:g} Ψ")
-print(f"gradient of the sketch against the full batch's: largest difference {sketch[0]['gradient_gap']:.1e}")
+    print(tr(f"{what:28s} {elements:6d} elements = {elements / psi:.3f} Ψ"))
+print(tr(f"total {sum(moved.values()) / psi:.3f} Ψ; the ZeRO paper's accounting for ZeRO-3 (lesson 03, comm.traffic): "
+         f"{comm.traffic(psi, 3, 2).volume_in_params:g} Ψ"))
+print(tr(f"gradient of the sketch against the full batch's: largest difference {sketch[0]['gradient_gap']:.1e}"))
 
 # %% [markdown]
 # The sketch moves a little more than 3Ψ: each layer is padded to a multiple of N on its own, where DeepSpeed pads
@@ -422,3 +503,25 @@ print(f"gradient of the sketch against the full batch's: largest difference {ske
 # **Q: Your sharded optimizer matches AdamW on one rank but not on two. What do you check first?**
 # A: That gradients are averaged, not summed; that the updated parameters reach every rank; and that weight decay is
 # applied only by the owner.
+
+# %% [markdown] lang="zh" en="b7934d6453f8"
+# 这个示意实现的通信量略多于 3Ψ：每一层各自被填充到 N 的整数倍，而 DeepSpeed 是对整个桶做填充。它还在每一步把每一层都 gather 两次；DeepSpeed 则在一层计算时预取后面的层，把小参数常驻（`stage3_param_persistence_threshold`），并按子模块做 gather。
+#
+# ## 小结
+#
+# - 一个 rank 的分片是展平后参数中连续、等长的一段，按参数边界切开；最后一个分片带填充。每个 rank 必须算出相同的切分。
+# - ZeRO-1：平均梯度，用各自的 Adam 矩只更新自己拥有的元素，再 all-gather 更新结果。权重衰减和其余部分一样，属于所有者的更新。
+# - ZeRO-2：把每个梯度规约到其所有者，并释放完整的梯度；完整梯度的视图（view）什么也释放不了。
+# - DeepSpeed stage 1 配置成相同的 AdamW 和 batch 后，训练出相同的参数；它还为自己的分片保留一份 fp32 主权重。
+# - ZeRO-3 在前向时 gather 每一层，反向时再 gather 一次，并对梯度做 reduce-scatter：按论文的口径，每步约 3Ψ。
+#
+# ## 面试问题
+#
+# **问：ZeRO-1 在哪里省显存？它通信什么？**
+# 答：Adam 的矩（混合精度下还有主权重）被切分到各个 rank 上。它平均梯度，再 all-gather 更新后的参数：通信量与 DDP 的 all-reduce 相同。
+#
+# **问：为什么每个 rank 必须算出相同的切分？**
+# 答：集合通信是按位置配对的：两个 rank 都认为自己拥有的元素会被更新两次，谁都不拥有的元素永远不会被更新，而 all-gather 会把每个 rank 的分片放到其他 rank 预期的位置上。
+#
+# **问：你的切分优化器在一个 rank 上与 AdamW 一致，在两个 rank 上却不一致。首先检查什么？**
+# 答：检查梯度是求平均而不是求和；更新后的参数是否送到了每个 rank；以及权重衰减是否只由所有者执行。
