@@ -7,7 +7,7 @@
 # predict what a change does to memory and traffic before you run anything.
 
 # %% [markdown] lang="zh" en="f9438c4bec26"
-# # 第 05 课：配置医生
+# # 第 05 课：配置诊断
 #
 # 实际使用 ZeRO 时，大多数问题不出在代码里，而出在 `ds_config` 里：DeepSpeed 根本不读的键、只在另一个 stage 才生效的设置、只有 Hugging Face Trainer 才认识的值。其中有些错误 DeepSpeed 会大声报错，另一些则一声不吭地放过去。本课你会像代码评审一样读配置，修好一份坏掉的配置，并在运行任何东西之前，先预测一次配置改动对显存和通信量的影响。
 
@@ -35,7 +35,7 @@
 # - 修好一份坏掉的配置，让 DeepSpeed 接受它，同时仍然表达作者的本意；
 # - 用 zerolab 预测一次配置改动能省下或多花多少显存和通信量。
 #
-# 下面有四道计分练习，每道都带一个测试单元格。**隐藏测试**在评分时运行：它们会把你的答案当作纯 JSON 数据再检查一遍，并与 zerolab 的配置医生（`zerolab.config`，内部运行的是 DeepSpeed 自己的配置类）的结果对照。
+# 下面有四道计分练习，每道都带一个测试单元格。**隐藏测试**在评分时运行：它们会把你的答案当作纯 JSON 数据再检查一遍，并与 zerolab 的配置诊断工具（`zerolab.config`，内部运行的是 DeepSpeed 自己的配置类）的结果对照。
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
@@ -102,7 +102,7 @@ print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), pa
 # - `device: "nvme"` 却没有 `nvme_path`：配置被接受，随后在创建 swap 文件夹时运行失败；
 # - `zero_optimization`、`fp16` 或 `bf16` 里的 `"auto"`：被**丢弃**，改用默认值（`"auto"` 只有 Hugging Face Trainer 和 Accelerate 会在 DeepSpeed 看到配置之前替换掉）。而在顶层的 batch 字段里，`"auto"` 则会直接导致崩溃。
 #
-# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置医生 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。
+# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置诊断工具 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。
 
 # %% [markdown]
 # ## Exercise 1: which path is wrong? (3 points, one per config)
@@ -118,9 +118,9 @@ print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), pa
 # %% [markdown] lang="zh" en="63b134f39479"
 # ## 练习 1：哪个路径写错了？（3 分，每份配置 1 分）
 #
-# 下面每份配置都有一处错误。先读配置（暂时不要运行配置医生），然后把 `WRONG_PATH_A`、`WRONG_PATH_B` 和 `WRONG_PATH_C` 设为出错键的点分路径，例如 `"fp16.enabled"`。
+# 下面每份配置都有一处错误。先读配置（暂时不要运行配置诊断工具），然后把 `WRONG_PATH_A`、`WRONG_PATH_B` 和 `WRONG_PATH_C` 设为出错键的点分路径，例如 `"fp16.enabled"`。
 #
-# *接受的答案*：一个 `str`；大小写、空格、引号、方括号或斜杠都不影响（`zero_optimization["stage"]` 等同于 `zero_optimization.stage`）。只要改动该路径就能修好问题，都算对：出错的键、与它冲突的设置，或者对于**缺失**的键，它应在的路径或它所在的块。每份配置单独得分；你的答案通过后，会显示配置医生的解释。
+# *接受的答案*：一个 `str`；大小写、空格、引号、方括号或斜杠都不影响（`zero_optimization["stage"]` 等同于 `zero_optimization.stage`）。只要改动该路径就能修好问题，都算对：出错的键、与它冲突的设置，或者对于**缺失**的键，它应在的路径或它所在的块。每份配置单独得分；你的答案通过后，会显示配置诊断工具的解释。
 
 # %% nbgrader={"grade": false, "grade_id": "cases", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CASES = {
@@ -230,7 +230,7 @@ show(check_config(CASES["C"], world_size=8))
 # (stage-dependent) and `pin_memory` (true in 0.19.8).
 
 # %% [markdown] lang="zh" en="838c0fb26816"
-# 配置医生的提示（严重程度为 `note`）会告诉你，对你没写的字段 DeepSpeed 会取什么值，例如 `overlap_comm`（取决于 stage）和 `pin_memory`（0.19.8 中为 true）。
+# 配置诊断工具的提示（严重程度为 `note`）会告诉你，对你没写的字段 DeepSpeed 会取什么值，例如 `overlap_comm`（取决于 stage）和 `pin_memory`（0.19.8 中为 true）。
 
 # %% [markdown]
 # ## More traps, in the doctor's words
@@ -238,7 +238,7 @@ show(check_config(CASES["C"], world_size=8))
 # A gallery of mistakes seen in real configs, checked for 8 GPUs:
 
 # %% [markdown] lang="zh" en="91ea58e5798c"
-# ## 更多陷阱，听配置医生怎么说
+# ## 更多陷阱，听配置诊断工具怎么说
 #
 # 下面是一组在真实配置里见过的错误，按 8 张 GPU 检查：
 
@@ -302,11 +302,11 @@ for line in explain_config(GALLERY["batch written for one GPU"]):
 # %% [markdown] lang="zh" en="c5cce6a0d390"
 # ## 练习 2：修好一份坏掉的配置（3 分）
 #
-# 下面这份配置原本是为 **8 张 A100 GPU** 写的：ZeRO-3，参数卸载（offload）到 CPU 内存，优化器状态卸载到挂载在 `/local_nvme` 的 NVMe 盘，每张 GPU 每个微步 4 个样本、梯度累积 2 步，bf16。把 `FIXED` 设为一份修正后的配置（一个 dict）：DeepSpeed 在总进程数为 8 时接受它，配置医生对它既不报 error 也不报 warning，而且它表达的仍然恰好是上面的意思。（允许调用 `check_config(FIXED, world_size=8)`。）
+# 下面这份配置原本是为 **8 张 A100 GPU** 写的：ZeRO-3，参数卸载（offload）到 CPU 内存，优化器状态卸载到挂载在 `/local_nvme` 的 NVMe 盘，每张 GPU 每个微步 4 个样本、梯度累积 2 步，bf16。把 `FIXED` 设为一份修正后的配置（一个 dict）：DeepSpeed 在总进程数为 8 时接受它，配置诊断工具对它既不报 error 也不报 warning，而且它表达的仍然恰好是上面的意思。（允许调用 `check_config(FIXED, world_size=8)`。）
 #
 # *接受的答案*：一个 `dict`；只要 DeepSpeed 读出来是上述设置的配置都可以，`train_batch_size` 写出来或留给 DeepSpeed 自己推导都行；`nvme_path` 末尾可以带斜杠。隐藏测试检查的是 DeepSpeed 从中读出的设置。
 #
-# DeepSpeed 遇到第一个错误就会停下，所以配置医生的第一份报告并不会列出所有问题：修一处，再检查，如此反复。
+# DeepSpeed 遇到第一个错误就会停下，所以配置诊断工具的第一份报告并不会列出所有问题：修一处，再检查，如此反复。
 
 # %% nbgrader={"grade": false, "grade_id": "broken", "locked": true, "schema_version": 3, "solution": false, "task": false}
 BROKEN = {
@@ -623,4 +623,4 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 #
 # - DeepSpeed 0.19.8 源码：`deepspeed/runtime/zero/config.py`（取决于 stage 的 `overlap_comm`）、`deepspeed/runtime/zero/offload_config.py`（`pin_memory`）、`deepspeed/runtime/config.py`（batch 的算术关系）。
 # - DeepSpeed issue #8489：从 DeepSpeed 中移除的功能，MiCS 在其中。
-# - zerolab 的配置医生：`zerolab/config/checks.py`（DeepSpeed 自己不做的那些检查）。
+# - zerolab 的配置诊断工具：`zerolab/config/checks.py`（DeepSpeed 自己不做的那些检查）。
