@@ -3,7 +3,7 @@
 For lessons 01-03 it opens the instructor notebook in JupyterLab, runs all cells, and checks that the lesson's
 widget appears exactly once, that changing one of its controls redraws the figure, that no cell shows a
 traceback and the console no error from the widgets; lesson 01 is then saved and reopened (its figure must come
-back, never "model not found") and opened in Notebook 7. Screenshots go to tests/artifacts/browser/ (ignored
+back, never "model not found") and opened in Notebook 7; lesson 01's Chinese edition shows Chinese. Screenshots go to tests/artifacts/browser/ (ignored
 by git). Needs `bash scripts/setup.sh --grading` (chromium, Playwright, the students' Jupyter configuration).
 """
 import json
@@ -16,14 +16,19 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from zerolab.i18n import translate
 from zerolab.run.launch import free_port
 from zerolab.tools import env_with_interpreter_bin, python_module
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r scripts/requirements-grading.txt")
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "autograder"))
+import build  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
 LESSONS = ("01_where_memory_goes", "02_offload", "03_overlap_comm")
@@ -42,6 +47,8 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for name in LESSONS:
         shutil.copy(ROOT / "autograder" / "source" / name / f"{name}.ipynb", root / f"{name}.ipynb")
+    (root / "zh").mkdir()  # the Chinese edition's instructor notebook: what solutions/zh/ was executed from
+    nbformat.write(build.source_notebook(LESSONS[0], "zh"), str(root / "zh" / f"{LESSONS[0]}.ipynb"))
     port = free_port()
     env = env_with_interpreter_bin()
     env.pop("ZEROLAB_STATIC", None)
@@ -222,3 +229,24 @@ def test_saved_lesson_reopens_with_its_figure_in_jupyterlab_and_notebook_7(lab, 
         page.screenshot(path=str(ARTIFACTS / f"{name}-{shot}.png"))
         assert course_errors(errors) == []
         page.close()
+
+
+def test_chinese_lesson_speaks_chinese_in_jupyterlab(lab, browser):
+    """The kernel of lessons/zh/ learns its language from the notebook Jupyter Server opened (JPY_SESSION_NAME):
+    the setup cell's line, the widget's labels and the figure are Chinese; the English lesson's were not."""
+    url, _ = lab
+    name = LESSONS[0]
+    page, errors = open_notebook(browser, url, f"lab/tree/zh/{name}.ipynb")
+    run_all(page, f"zh-{name}")
+    page.wait_for_function(FIGURE, timeout=30_000)
+    assert page.evaluate(VIEWS_PER_CELL) == [1] * widget_cells(name)
+    front = page.locator(FRONT)
+    assert "已就绪" in front.locator(".jp-CodeCell").nth(0).inner_text(), "the setup cell speaks Chinese"
+    view = page.locator(f"{FRONT} .jp-OutputArea-output .widget-vbox").first
+    view.evaluate("box => box.scrollIntoView({block: 'center'})")
+    labels = view.locator(".widget-label").all_inner_texts()
+    assert translate("GPUs", "zh") in labels and translate("precision", "zh") in labels, labels
+    view.screenshot(path=str(ARTIFACTS / f"zh-{name}-jupyterlab-widget.png"))
+    assert course_errors(errors) == []
+    page.close()
+    shut_down_kernels(url)
