@@ -73,9 +73,9 @@ def test_student_code_could_not_read_solutions_or_touch_others(graded):
         assert gradebook.find_submission(corpus.LESSON, "ok_alice").score == corpus.FULL
 
 
-def test_a_50mb_line_is_truncated_in_the_graded_notebook(graded):
+def test_a_5mb_line_is_truncated_in_the_graded_notebook(graded):
     course, _, _, _, _ = graded
-    assert (course / "autograded" / "prints_50mb_line" / corpus.LESSON / f"{corpus.LESSON}.ipynb").stat().st_size < 2e6
+    assert (course / "autograded" / "prints_5mb_line" / corpus.LESSON / f"{corpus.LESSON}.ipynb").stat().st_size < 2e6
 
 
 def test_writes_past_the_disk_cap_never_reach_the_grading_disk(graded):

@@ -1,5 +1,6 @@
 """Fast checks of the grading pieces that need no kernel: the static scan, the metadata repair, the
 feedback scrubber and the limits read from nbgrader_config.py."""
+import os
 from pathlib import Path
 
 import nbformat
@@ -116,3 +117,17 @@ def test_the_course_solutions_raise_no_review_flag(source):
     release = nbformat.read(str(source.parents[3] / "lessons" / f"{source.stem}.ipynb"), as_version=4)
     solved = with_solutions(release, nbformat.read(str(source), as_version=4))
     assert sanitize.findings(solved, release) == []
+
+
+def test_scan_findings_come_in_the_same_order_in_every_process():
+    """A reason is compared between runs (sharded and not): findings on one line must not follow a hash seed."""
+    import subprocess
+    import sys
+
+    code = ("from zerolab.grading import scan\n"
+            "print(scan.scan_cell('import glob\\nfor p in glob.glob(\"/a/*\") + glob.glob(\"/b/*\") + "
+            "glob.glob(\"/c/*\") + glob.glob(\"/d/*\"):\\n    open(p)'))")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(outputs) == 1, outputs
+    assert "'/a/*'" in outputs.pop()

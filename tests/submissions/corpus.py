@@ -5,6 +5,7 @@ A correct submission scores FULL (the lesson's points, read from its source note
 gives: an exercise whose code never ran, or that cheats equality, earns nothing for its test.
 """
 import json
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,12 @@ FULL = sum(POINTS.values())
 EX1 = POINTS["test_ex1_model_state_bytes"]
 EX3 = POINTS["test_ex3_fraction_kept"]
 EX4 = POINTS["test_ex4_deepspeed_zero2_gib"]
-CAPS = {"cell_timeout": 30, "notebook_timeout": 90, "memory_limit": "2GiB", "max_processes": 64, "disk_limit": "64MiB"}
+# Sized for 4 shards graded at once on a loaded 2-core machine: the heaviest honest cell (the hidden test that
+# imports DeepSpeed, ~3 s of CPU) must stay far below the per-cell cap even when a kernel gets a twentieth of a
+# core, and a notebook that loses one cell to that cap far below the per-notebook cap. Otherwise which cell a cap
+# stops depends on the load, and the same submission is graded differently in two runs.
+CAPS = {"cell_timeout": 60, "notebook_timeout": 240, "memory_limit": "2GiB", "max_processes": 64,
+        "disk_limit": "64MiB"}
 CORRECT = ("ok_alice", "ok_bob", "ok_carol", "ok_dave")
 
 
@@ -87,6 +93,19 @@ def duplicate(grade_id, source=None):
     return change
 
 
+def sleep_past_the_notebook_cap(nb, folder):
+    """Code cells at the top that sleep past the per-notebook cap, each well under the per-cell cap, on a schedule
+    counted from the first cell: the cap stops the last one whatever the load, as long as the kernel starts within
+    half a minute of its launcher (a fixed sleep per cell would move the stop to another cell as start-up slows)."""
+    cap, longest = CAPS["notebook_timeout"], CAPS["cell_timeout"] * 0.6
+    last_start = cap - longest + 5  # the last cell ends 5 s after the cap: the cap falls inside it
+    count = math.ceil(last_start / longest)
+    ends = [last_start * number / count for number in range(1, count + 1)] + [cap + 5]
+    cells = ["import time as _time\n_start = _time.monotonic()"] + [
+        f"_time.sleep(max(0, _start + {end:.1f} - _time.monotonic()))" for end in ends]
+    nb.cells[0:0] = [nbformat.v4.new_code_cell(source) for source in cells]
+
+
 def write_file(relative, text):
     def change(nb, folder):
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +131,8 @@ def deepspeed_zero2_gib(params, gpus):
 READ_SOLUTIONS = '''import glob
 for _path in ["../../../source/01_where_memory_goes/01_where_memory_goes.ipynb", "01_where_memory_goes.ipynb",
               "/work/main/solutions/01_where_memory_goes.ipynb"] + glob.glob("/tmp/**/*.ipynb", recursive=True) + \
-             glob.glob("/work/**/*.ipynb", recursive=True) + glob.glob("/root/**/*.ipynb", recursive=True):
+             glob.glob("/work/*/solutions/*.ipynb") + glob.glob("/work/*/*/solutions/*.ipynb") + \
+             glob.glob("/work/*/autograder/source/*/*.ipynb") + glob.glob("/root/*.ipynb"):
     try:
         _text = open(_path).read()
         print("READ", _path, "BEGIN HIDDEN" in _text, "SOLUTION" in _text)
@@ -221,9 +241,9 @@ CASES = [
     Case("fork_bomb", append(FORK_BOMB), "review", FULL, "os.fork"),
     Case("allocates_4gb", prepend("ex1_model_state_bytes", "_big = bytearray(4 * 2**30)"), "graded", FULL - EX1,
          "out of memory"),
-    Case("prints_50mb_line", append('print("x" * 50_000_000)'), "graded", FULL, ""),
-    Case("notebook_too_long", both(*[append("import time\ntime.sleep(12)") for _ in range(9)]), "failed", None,
-         "per-notebook cap"),
+    # 50 times the output cap (a 50 MB line took nbclient 4 s of CPU: past the caps on a loaded machine)
+    Case("prints_5mb_line", append('print("x" * 5_000_000)'), "graded", FULL, ""),
+    Case("notebook_too_long", sleep_past_the_notebook_cap, "failed", None, "per-notebook cap"),
     Case("many_files", append(MANY_FILES), "review", FULL, "disk cap"),
     Case("many_directories", append(MANY_DIRECTORIES), "review", FULL, "disk cap"),
     Case("fills_folder_and_tmp", append(FOLDER_AND_TMP), "review", FULL, "disk cap"),

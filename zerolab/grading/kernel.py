@@ -19,6 +19,14 @@ from pathlib import Path
 
 from zerolab.grading import diskcap, sandbox
 
+# ipykernel_launcher, but a process the kernel forks dies of the interrupt nbclient sends at the per-cell cap
+# (to the whole process group) instead of raising KeyboardInterrupt in a copy of the kernel, which would handle
+# it like the kernel itself, on the kernel's sockets: after the interrupt only the kernel answers.
+KERNEL_MAIN = ("import os, signal\n"
+               "os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))\n"
+               "from ipykernel import kernelapp\n"
+               "kernelapp.launch_new_instance()")
+
 
 def main(argv):
     policy = json.loads(Path(argv[0]).read_text())
@@ -28,7 +36,7 @@ def main(argv):
     if policy["mode"] == "sandbox":
         # The kernel works in a copy of its folder, with its /tmp, on a tmpfs of disk_limit bytes (see diskcap).
         uid = policy["uid"]
-        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "/tmp/kernel.json", *extra]
+        kernel = [sys.executable, "-c", KERNEL_MAIN, "-f", "/tmp/kernel.json", *extra]
         inner = sandbox.command(kernel, uid=uid, workdir=workdir, workdir_source=scratch / "work",
                                 scratch=scratch / "tmp", ipc_dir=policy["ipc_dir"],
                                 read_only=[Path(p) for p in policy["read_only"]])
@@ -36,7 +44,7 @@ def main(argv):
                                 "workdir": str(workdir), "connection_file": connection_file}, inner)
     else:
         shutil.copy(connection_file, scratch / "kernel.json")
-        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", str(scratch / "kernel.json"), *extra]
+        argv = [sys.executable, "-c", KERNEL_MAIN, "-f", str(scratch / "kernel.json"), *extra]
     child = subprocess.Popen(argv, preexec_fn=lambda: _limit(policy))
     signal.signal(signal.SIGINT, lambda *_: None)  # nbclient interrupts the whole process group; the kernel handles it
     signal.signal(signal.SIGTERM, lambda *_: child.kill())

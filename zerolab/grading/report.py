@@ -124,7 +124,7 @@ def merge_csv(path, rows):
     if path.exists():
         with open(path, newline="") as handle:
             kept = [row for row in csv.DictReader(handle) if (row.get("lesson"), row.get("student")) not in replaced]
-    rows = sorted(kept + [{key: row.get(key, "") for key in COLUMNS} for row in rows],
+    rows = sorted(kept + [{key: _cell(row.get(key)) for key in COLUMNS} for row in rows],
                   key=lambda row: (row["lesson"], row["student"]))
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")

@@ -63,7 +63,9 @@ def scan_cell(source, helpers=()):
                 flag(node, f"calls {called} on {ast.unparse(node.args[0])}")
         elif _outside_path(node) and _touches_files(tree):
             flag(node, f"uses the path {_outside_path(node)!r}, outside its own folder")
-    return sorted(set(findings), key=lambda text: int(text.split()[1].rstrip(":")) if text.split()[1][0].isdigit() else 0)
+    # by line, and on one line in the order found: a set's order changes from process to process (hash seeds)
+    return sorted(dict.fromkeys(findings), key=lambda text: int(text.split()[1].rstrip(":"))
+                  if text.split()[1][0].isdigit() else 0)
 
 
 def _without_magics(source):

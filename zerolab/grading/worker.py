@@ -38,6 +38,9 @@ class Worker:
         config.CourseDirectory.submitted_directory = str(self.course.work.relative_to(self.course.root) / "staged")
         config.OverwriteCells.add_missing_cells = True
         config.Execute.timeout = self.limits.cell_timeout
+        # nbclient waits 4 s for a cell's last output after its reply, then calls the cell hung: on a loaded
+        # machine an honest big output, or the traceback of an interrupted loop, takes longer than that.
+        config.Execute.iopub_timeout = max(4, self.limits.cell_timeout // 2)
         config.Autograde.autograde_preprocessors = _autograde_preprocessors()
         config.GenerateFeedback.preprocessors = [nbgrader_ext.HideHiddenTests, "nbgrader.preprocessors.GetGrades",
                                                  "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
