@@ -9,7 +9,7 @@ The kernel finds its notebook by, in order:
      ModelScope);
   3. on Colab, the open notebook as Colab's frontend returns it;
   4. the notebooks in the working directory (nbclient and nbgrader run a kernel beside its notebook): Chinese
-     when every one of them is.
+     when every one of them is. (zerolab grade's sandbox hides that notebook and sets ZEROLAB_LANG from it.)
 
 Messages: `tr(text)` gives the Chinese of an English message from the catalogs in zerolab/locale/zh/*.json.
 A catalog key is the English text with each value written `{}`; its value is the Chinese with the same `{}` in
@@ -56,7 +56,14 @@ def language():
     nb = nb or _colab_notebook()
     if nb:
         return notebook_language(nb)
-    found = [_read_notebook(path) for path in sorted(Path.cwd().glob("*.ipynb"))]
+    return folder_language(Path.cwd())
+
+
+def folder_language(folder):
+    """The language of the notebooks in `folder`: Chinese when every one of them is, else English. The grading
+    sandbox hides a submission's notebook from its kernel (it holds the hidden tests), so the grader reads it
+    and passes the language on in ZEROLAB_LANG (zerolab/grading/sandbox.py)."""
+    found = [_read_notebook(path) for path in sorted(Path(folder).glob("*.ipynb"))]
     languages = {notebook_language(nb) for nb in found if nb}
     return "zh" if languages == {"zh"} else "en"
 
