@@ -125,9 +125,25 @@ def open_notebook(context, url, path):
     return page, errors
 
 
+RUN_STARTED = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell .jp-InputPrompt')]
+    .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"""
+
+
 def run_all(page, name):
-    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+    """Run All on the notebook in front. JupyterLab's command acts on the widget that has focus: when the file
+    browser kept it (opening a notebook in a subfolder), the command runs nothing, so focus the notebook first
+    and ask again if no cell has started."""
+    for attempt in range(3):
+        page.locator(f"{FRONT} .jp-Notebook").first.focus()
+        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+        try:
+            page.wait_for_function(RUN_STARTED, timeout=30_000)
+            break
+        except Exception:
+            if attempt == 2:
+                keep_state(page, f"failed-{name}-run-all-never-started")
+                raise
     try:
         page.wait_for_function(RUN_FINISHED, timeout=RUN_TIMEOUT_MS)
     except Exception:
@@ -241,10 +257,10 @@ def test_chinese_lesson_speaks_chinese_in_jupyterlab(lab, browser):
     page.wait_for_function(FIGURE, timeout=30_000)
     assert page.evaluate(VIEWS_PER_CELL) == [1] * widget_cells(name)
     front = page.locator(FRONT)
-    assert "已就绪" in front.locator(".jp-CodeCell").nth(0).inner_text(), "the setup cell speaks Chinese"
+    assert "已就绪" in front.locator(".jp-CodeCell").nth(0).text_content(), "the setup cell speaks Chinese"
     view = page.locator(f"{FRONT} .jp-OutputArea-output .widget-vbox").first
     view.evaluate("box => box.scrollIntoView({block: 'center'})")
-    labels = view.locator(".widget-label").all_inner_texts()
+    labels = [text.strip() for text in view.locator(".widget-label").all_text_contents()]
     assert translate("GPUs", "zh") in labels and translate("precision", "zh") in labels, labels
     view.screenshot(path=str(ARTIFACTS / f"zh-{name}-jupyterlab-widget.png"))
     assert course_errors(errors) == []
