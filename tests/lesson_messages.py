@@ -21,15 +21,19 @@ def template(node):
     return None
 
 
-def messages(source):
-    """[(line, key)] of the messages in one code cell's source (IPython magics and shell lines skipped)."""
+def _nodes(source):
+    """Every AST node of a code cell's source (IPython magics and shell lines skipped); none if it does not parse."""
     lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
     try:
-        tree = ast.parse("\n".join(lines))
+        return list(ast.walk(ast.parse("\n".join(lines))))
     except SyntaxError:
         return []
+
+
+def messages(source):
+    """[(line, key)] of the messages in one code cell's source (IPython magics and shell lines skipped)."""
     found = []
-    for node in ast.walk(tree):
+    for node in _nodes(source):
         if isinstance(node, ast.Assert) and node.msg is not None:
             found.append((node.lineno, template(node.msg)))
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr" and node.args:
@@ -44,13 +48,8 @@ def feedback_arguments(source):
     """[(line, key)] of the literal hints and slip messages a code cell passes to zerolab.checks' helpers
     (``hint="..."``, ``slips={ratio: "..."}``): the learner reads them inside the helper's message, so each needs
     a catalog entry like an assert's message."""
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
-        return []
     found = []
-    for node in ast.walk(tree):
+    for node in _nodes(source):
         if not isinstance(node, ast.Call):
             continue
         for keyword in node.keywords:
