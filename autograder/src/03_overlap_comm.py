@@ -364,7 +364,7 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # A: In the paper's accounting, not without accumulation: a reduce-scatter plus an all-gather is the same volume as
 # an all-reduce (paper section 7). With gradient accumulation it does: ZeRO-2 reduces on every micro-step, DDP only
 # at the boundary. DeepSpeed 0.19.8 by default all-reduces each gradient bucket, so its ZeRO-2 moves more than the
-# paper's figure even without accumulation (section 2).
+# paper's figure even without accumulation (section 3).
 #
 # **Q: Why is ZeRO-3's volume 1.5x DDP's (the paper's accounting)?**
 # A: Parameters are partitioned, so they are gathered for forward and again for backward, plus the gradient
@@ -386,7 +386,7 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # allows, tune bucket sizes, or, if you run ZeRO-3, look at ZeRO++'s quantized and hierarchical collectives (qwZ,
 # hpZ, qgZ apply to ZeRO-3 only: the stage 1/2 optimizer never reads those keys).
 
-# %% [markdown] lang="zh" en="42f93716b0cd"
+# %% [markdown] lang="zh" en="d4b76e06a1d1"
 # ## 小结
 #
 # - 每步的通信量，按论文的口径，DDP、ZeRO-1 和 ZeRO-2 是 2Ψ 个元素，ZeRO-3 是 3Ψ（DeepSpeed 0.19.8 默认对 ZeRO-1/2 的梯度桶做 all-reduce，搬运得更多）；使用梯度累积时，ZeRO-2 和 ZeRO-3 在每个微步都通信，DDP 和 ZeRO-1 只在累积边界通信。
@@ -397,7 +397,7 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # ## 面试题
 #
 # **问：ZeRO-2 的通信量比 DDP 多吗？**
-# 答：按论文的口径，不使用梯度累积时不多：一次 reduce-scatter 加一次 all-gather，与一次 all-reduce 的通信量相同（论文第 7 节）。使用梯度累积时会多：ZeRO-2 每个微步都归约，DDP 只在累积边界归约。DeepSpeed 0.19.8 默认对每个梯度桶做 all-reduce，所以即使不做梯度累积，它的 ZeRO-2 搬运的数据也比论文的数字多（第 2 节）。
+# 答：按论文的口径，不使用梯度累积时不多：一次 reduce-scatter 加一次 all-gather，与一次 all-reduce 的通信量相同（论文第 7 节）。使用梯度累积时会多：ZeRO-2 每个微步都归约，DDP 只在累积边界归约。DeepSpeed 0.19.8 默认对每个梯度桶做 all-reduce，所以即使不做梯度累积，它的 ZeRO-2 搬运的数据也比论文的数字多（第 3 节）。
 #
 # **问：为什么 ZeRO-3 的通信量是 DDP 的 1.5 倍（论文的口径）？**
 # 答：参数被切分了，所以前向时要 gather 一遍，反向时还要再 gather 一遍，再加上梯度的 reduce-scatter：一共三遍 Ψ，而不是两遍。
