@@ -255,7 +255,9 @@ def test_chinese_lesson_speaks_chinese_in_jupyterlab(lab, browser):
     page, errors = open_notebook(browser, url, f"lab/tree/zh/{name}.ipynb")
     run_all(page, f"zh-{name}")
     page.wait_for_function(FIGURE, timeout=30_000)
-    assert page.evaluate(VIEWS_PER_CELL) == [1] * widget_cells(name)
+    expected = [1] * widget_cells(name)  # the second explorer may still be drawing when the first shows its figure
+    page.wait_for_function(f"() => ({VIEWS_PER_CELL})().length >= {len(expected)}", timeout=60_000)
+    assert page.evaluate(VIEWS_PER_CELL) == expected
     front = page.locator(FRONT)
     assert "已就绪" in front.locator(".jp-CodeCell").nth(0).text_content(), "the setup cell speaks Chinese"
     view = page.locator(f"{FRONT} .jp-OutputArea-output .widget-vbox").first
