@@ -207,16 +207,11 @@ def readme_with_lesson_map(text):
     return with_lesson_map(text, README_MAP, "## Lessons\n\n", course.lesson_map())
 
 
-def edition_folder(out, folder, language):
-    return out / folder if language == "en" else out / folder / language
-
-
 def build(names, out, execute=True, log=print):
     out.mkdir(parents=True, exist_ok=True)
     (out / "README.md").write_text(readme_with_lesson_map((ROOT / "README.md").read_text()))
-    if (ROOT / "README.zh.md").exists():
-        (out / "README.zh.md").write_text(with_lesson_map((ROOT / "README.zh.md").read_text(), README_ZH_MAP, "",
-                                                          course.lesson_map_zh(), "README.zh.md"))
+    (out / "README.zh.md").write_text(with_lesson_map((ROOT / "README.zh.md").read_text(), README_ZH_MAP, "",
+                                                      course.lesson_map_zh(), "README.zh.md"))
     for language in course.LANGUAGES:
         sources = {name: source_notebook(name, language) for name in names}
         if language == "en":  # the nbgrader assignment: one for both editions
@@ -224,12 +219,12 @@ def build(names, out, execute=True, log=print):
                 write(nb, out / "autograder" / "source" / name / f"{name}.ipynb")
         started = time.perf_counter()
         for name, nb in release_notebooks(sources).items():
-            write(nb, edition_folder(out, "lessons", language) / f"{name}.ipynb")
+            write(nb, out / course.edition_path("lessons", name, language))
         log(f"released {len(sources)} lesson(s) ({language}) with nbgrader in {time.perf_counter() - started:.1f} s")
         if execute:
             for name, nb in sources.items():
                 started = time.perf_counter()
-                path = edition_folder(out, "solutions", language) / f"{name}.ipynb"
+                path = out / course.edition_path("solutions", name, language)
                 write(executed(nb, name), path)
                 log(f"executed {path.relative_to(out)} in {time.perf_counter() - started:.1f} s")
 

@@ -60,20 +60,16 @@ def test_instructor_notebook_is_fresh(fresh, name):
 EDITIONS = [(name, language) for language in course.LANGUAGES for name in LESSONS]
 
 
-def edition_path(folder, name, language):
-    return Path(folder, f"{name}.ipynb") if language == "en" else Path(folder, language, f"{name}.ipynb")
-
-
 @pytest.mark.parametrize("name, language", EDITIONS)
 def test_release_is_fresh(fresh, name, language):
-    relative = edition_path("lessons", name, language)
+    relative = Path(course.edition_path("lessons", name, language))
     assert (ROOT / relative).exists(), f"{relative} is missing: {REBUILD}"
     assert load(ROOT / relative) == load(fresh / relative), f"{relative} is stale: {REBUILD}"
 
 
 @pytest.mark.parametrize("name, language", EDITIONS)
 def test_solution_was_executed_from_the_current_source(fresh, name, language):
-    path = ROOT / edition_path("solutions", name, language)
+    path = ROOT / course.edition_path("solutions", name, language)
     assert path.exists(), f"{path.relative_to(ROOT)} is missing: {REBUILD}"
     solution = nbformat.read(str(path), as_version=4)
     source = build.source_notebook(name, language)

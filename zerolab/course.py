@@ -84,9 +84,14 @@ UNPUBLISHED_NOTE_ZH = ("课程发布后，这里会出现 Colab、ModelScope 和
 LANGUAGES = ("en", "zh")
 
 
+def edition_path(folder, name, language="en"):
+    """A lesson's notebook in `folder` (lessons, solutions) of the repository; folder/zh/ for the Chinese edition."""
+    return f"{folder}/{name}.ipynb" if language == "en" else f"{folder}/{language}/{name}.ipynb"
+
+
 def lesson_path(name, language="en"):
     """Where a lesson's student notebook lives in the repository: lessons/, or lessons/zh/ for the Chinese one."""
-    return f"lessons/{name}.ipynb" if language == "en" else f"lessons/{language}/{name}.ipynb"
+    return edition_path("lessons", name, language)
 
 
 def colab_url(name, language="en"):

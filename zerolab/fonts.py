@@ -3,6 +3,7 @@
 A CJK font already on the machine is used when there is one; otherwise the Noto Sans CJK SC that the `mplfonts`
 package ships (requirements.txt installs it; on Colab and ModelScope the setup cell of a Chinese lesson does).
 """
+import functools
 from pathlib import Path
 
 SYSTEM_FAMILIES = ("Noto Sans CJK SC", "Source Han Sans SC", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei",
@@ -19,6 +20,7 @@ def bundled_font_file():
     return path if path.exists() else None
 
 
+@functools.lru_cache(maxsize=1)  # zerolab.plots asks for every figure: scan and register the font once
 def cjk_family():
     """The family name of a usable CJK font, registering the bundled one if need be; None when there is none."""
     from matplotlib import font_manager
