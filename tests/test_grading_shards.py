@@ -49,8 +49,6 @@ def test_shards_split_the_class_and_touch_nothing_in_the_course(sharded, graded_
     assert all(names for names in graded), "a shard of 4 got nobody: the split is not spread"
 
 
-@pytest.mark.xfail(strict=False, reason="issue 14, open: in CI the fork_bomb student's reason differed (same status and "
-                   "score): its kernel answered the per-cell cap's interrupt in one run and not in the other")
 def test_merged_course_has_the_same_scores_statuses_and_reasons(sharded, graded_corpus):
     course, folders, outputs, merged, _ = sharded
     assert merged.returncode == 0, merged.stdout + merged.stderr

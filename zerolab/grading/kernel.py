@@ -19,11 +19,9 @@ from pathlib import Path
 
 from zerolab.grading import diskcap, sandbox
 
-# ipykernel_launcher, but a process the kernel forks dies of the interrupt nbclient sends at the per-cell cap
-# (to the whole process group) instead of raising KeyboardInterrupt in a copy of the kernel, which would handle
-# it like the kernel itself, on the kernel's sockets: after the interrupt only the kernel answers.
-KERNEL_MAIN = ("import os, signal\n"
-               "os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))\n"
+# ipykernel_launcher, with an os.fork that the per-cell cap's interrupt always stops (see forksafe).
+KERNEL_MAIN = ("from zerolab.grading import forksafe\n"
+               "forksafe.install()\n"
                "from ipykernel import kernelapp\n"
                "kernelapp.launch_new_instance()")
 

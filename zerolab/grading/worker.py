@@ -92,12 +92,14 @@ class Worker:
         log = self.course.log(student, self.lesson)
         log.parent.mkdir(parents=True, exist_ok=True)
         notebook = self.course.staged(student, self.lesson) / f"{self.lesson}.ipynb"
+        attempts = []  # every attempt's log: a repaired notebook's first run says why it was repaired
         for attempt in range(MAX_REPAIRS + 1):
             self.state_file.unlink(missing_ok=True)
             nbgrader_ext.running.clear()
             result = self.api.autograde(self.lesson, student, force=True, create=True)
             self._reclaim(student)
-            log.write_text(f"{result.get('log', '')}\n{result.get('error', '')}")
+            attempts.append(f"--- attempt {attempt + 1}\n{result.get('log', '')}\n{result.get('error', '')}")
+            log.write_text("\n".join(attempts))
             if result["success"]:
                 break
             state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
