@@ -29,7 +29,7 @@ def build(name):
         while not done.wait(TICK_S):
             print(f"  still compiling {builder.NAME}: {time.perf_counter() - started:.0f} s", flush=True)
 
-    print(f"DeepSpeed op {builder.NAME}: loading, or compiling on first use (2-3 minutes on 2 cores) ...", flush=True)
+    print(f"DeepSpeed op {builder.NAME}: loading, or compiling on first use (1-3 minutes on 2 cores) ...", flush=True)
     threading.Thread(target=tick, daemon=True).start()
     try:
         builder.load(verbose=False)

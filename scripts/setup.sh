@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -r requirements.txt
 .venv/bin/python scripts/student_jupyter.py .venv
-echo "setup: compiling DeepSpeed's CPU ops once (2-3 minutes each on 2 cores the first time; cached afterwards)"
+echo "setup: compiling DeepSpeed's CPU ops once (1-3 minutes each on 2 cores the first time; cached afterwards)"
 PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu .venv/bin/python scripts/build_ops.py
 if [ "${1:-}" = "--grading" ]; then
     .venv/bin/pip install -r scripts/requirements-grading.txt

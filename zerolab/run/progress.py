@@ -1,6 +1,6 @@
 """Show a run's progress: one line per step in a terminal, one updating line in a notebook.
 
-A DeepSpeed op compiling on first use (2-3 minutes on 2 cores) is announced with a ticking clock
+A DeepSpeed op compiling on first use (1-3 minutes on 2 cores) is announced with a ticking clock
 instead of silence; an op that loads from the cache in a moment is not mentioned.
 """
 import sys
@@ -63,7 +63,7 @@ class Progress:
             if due:
                 state[1] = True
                 # The whole explanation on every tick: in a notebook each line replaces the one before.
-                self.say(tr(f"building DeepSpeed op {op}: {now - started:.0f} s so far (first use only, 2-3 minutes "
+                self.say(tr(f"building DeepSpeed op {op}: {now - started:.0f} s so far (first use only, 1-3 minutes "
                             "on 2 cores; `bash scripts/setup.sh` builds it ahead; cached in ~/.cache/torch_extensions "
                             "or $TORCH_EXTENSIONS_DIR)"))
                 self.last_tick = now
