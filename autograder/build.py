@@ -149,20 +149,20 @@ def write(nb, path):
 
 
 def release_notebooks(notebooks):
-    """Run `nbgrader generate_assignment` on a throw-away copy of the course; return {name: release notebook}."""
-    releases = {}
+    """nbgrader generate_assignment on a throw-away copy of the course, every lesson in one process
+    (zerolab.grading.release); return {name: release notebook}."""
     with tempfile.TemporaryDirectory(prefix="zerolab-release-") as tmp:
         root = Path(tmp)
         shutil.copy(AUTOGRADER / "nbgrader_config.py", root / "nbgrader_config.py")
         for name, nb in notebooks.items():
             write(nb, root / "source" / name / f"{name}.ipynb")
-            done = subprocess.run(python_module("nbgrader", "generate_assignment", name, "--force",
-                                                "--CourseDirectory.root=" + tmp),
-                                  cwd=tmp, capture_output=True, text=True, env=env_with_interpreter_bin())
-            if done.returncode != 0:
-                raise BuildError(f"nbgrader generate_assignment {name} failed:\n{done.stdout}{done.stderr}")
-            releases[name] = nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
-    return releases
+        done = subprocess.run(python_module("zerolab.grading.release", tmp, *notebooks), cwd=tmp,
+                              capture_output=True, text=True,
+                              env={**env_with_interpreter_bin(), "PYTHONPATH": str(ROOT)})  # zerolab, installed or not
+        if done.returncode != 0:
+            raise BuildError(f"nbgrader generate_assignment failed:\n{done.stdout}{done.stderr}")
+        return {name: nbformat.read(str(root / "release" / name / f"{name}.ipynb"), as_version=4)
+                for name in notebooks}
 
 
 def executed(nb, name):

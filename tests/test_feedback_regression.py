@@ -3,7 +3,7 @@
 For every exercise, tests/submissions/feedback.py holds plausible wrong answers, each with the words its message
 must contain (the mistake class first), and correct answers in other styles than the course's solution.
 Submission "wrong_<k>" fills every exercise with its k-th wrong answer and "right_<k>" with its k-th right one
-(exercises are graded independently: tests/test_exercises_independent.py), so a lesson needs one generate_assignment
+(exercises are graded independently: tests/test_nbgrader_roundtrip.py), so a lesson needs one generate_assignment
 and one autograde call. A wrong answer must score 0 with an AssertionError whose message names the mistake; a right
 answer must earn full points.
 """

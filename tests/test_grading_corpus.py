@@ -2,13 +2,13 @@
 with --jobs 2: each broken or hostile submission gets its expected status, score and reason, and every
 correct submission in the same batch still gets full marks. Slow: a few minutes on 2 cores."""
 import json
-import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from tests.submissions import corpus
+from tests.leftovers import grading_processes_left
 from tests.submissions.graded import zerolab
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,8 +87,7 @@ def test_writes_past_the_disk_cap_never_reach_the_grading_disk(graded):
 
 
 def test_no_grading_process_is_left_behind(graded):
-    leftover = subprocess.run(["ps", "-eo", "uid=,args="], capture_output=True, text=True).stdout.splitlines()
-    assert not [line for line in leftover if line.strip().startswith("610")], leftover
+    assert grading_processes_left() == []
 
 
 def test_feedback_shows_visible_tests_but_no_hidden_test_source(graded):

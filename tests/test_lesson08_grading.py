@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from handmade_cases import WRONG, ZERO1
+from leftovers import grading_processes_left, orphaned
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON = "08_zero_from_scratch"
@@ -94,8 +95,7 @@ def test_every_test_cell_finishes_within_the_cell_timeout(graded):
 
 
 def test_no_rank_is_left_behind(graded):
-    leftover = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
-    assert "zerolab.handmade.rank" not in leftover
+    assert grading_processes_left() == [] and orphaned("zerolab.handmade.rank") == []
 
 
 def _autograded(course, student):

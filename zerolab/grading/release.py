@@ -26,3 +26,21 @@ def ensure_assignment(course, lesson, force=False):
     if not result["success"]:
         from zerolab.grading.report import last_error_line
         raise UserError(f"nbgrader generate_assignment {lesson} failed: {last_error_line(result)}")
+
+
+def main(argv=None):
+    """`python -m zerolab.grading.release COURSE LESSON...`: generate_assignment --force for several lessons in
+    one process (autograder/build.py: one nbgrader start-up instead of one per lesson and edition)."""
+    import sys
+    from pathlib import Path
+
+    from zerolab.grading.coursedir import Course
+
+    root, *lessons = sys.argv[1:] if argv is None else argv
+    course = Course(Path(root))
+    for lesson in lessons:
+        ensure_assignment(course, lesson, force=True)
+
+
+if __name__ == "__main__":
+    main()

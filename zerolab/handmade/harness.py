@@ -1,15 +1,14 @@
 """Start N gloo ranks on CPU that run the learner's cell, wait for them, and always stop every one.
 
-Each rank is ``python -m zerolab.handmade.rank JOB.json`` in its own session (zerolab.run.launch.stop takes
-down the rank and whatever it started). A rank that fails writes its error; the first one stops the rest.
-Torch is imported once per rank and runs one thread, so three ranks start in seconds on two cores.
+The ranks are forked by one ``python -m zerolab.handmade.rank JOB.json N`` after it has imported torch, in a
+session of their own (zerolab.run.launch.stop takes down the ranks and whatever they started). A rank that fails
+writes its error; the first one stops the rest. Each rank runs one thread.
 """
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 
 from zerolab.run.launch import free_port, stop
 from zerolab.tools import env_with_interpreter_bin
@@ -39,37 +38,31 @@ def run(job, ranks, timeout=90):
 
 def _start_and_wait(job_path, folder, ranks, timeout):
     """None when every rank finished; else the ranks' output, for the failure message."""
-    port, processes, logs = free_port(), [], []
     for name in os.listdir(folder):
-        if name.startswith("rank"):
+        if name.startswith(("rank", "log")):
             os.remove(os.path.join(folder, name))
-    try:
-        for rank in range(ranks):
-            env = dict(env_with_interpreter_bin(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                       LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
-                       OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONUNBUFFERED="1")
-            log = open(os.path.join(folder, f"log{rank}.txt"), "w+")
-            logs.append(log)
-            processes.append(subprocess.Popen([sys.executable, "-m", "zerolab.handmade.rank", job_path], env=env,
-                                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            codes = [p.poll() for p in processes]
-            if any(code not in (None, 0) for code in codes):
-                time.sleep(0.5)  # let the rank's error file land, and its peers fail on their own
-                break
-            if all(code == 0 for code in codes):
+    env = dict(env_with_interpreter_bin(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu",
+               PYTHONUNBUFFERED="1")
+    with open(os.path.join(folder, "log.txt"), "w+") as log:
+        process = subprocess.Popen([sys.executable, "-m", "zerolab.handmade.rank", job_path, str(ranks)], env=env,
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            if process.wait(timeout) == 0:
                 return None
-            time.sleep(0.05)
-    finally:
-        stop(processes)
-        text = []
-        for log in logs:
-            log.seek(0)
-            text.append(log.read()[-4000:])
-            log.close()
-    return "\n".join(text) or "(no output)"
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            stop([process])
+        log.seek(0)
+        text = [log.read()[-4000:]]
+    for rank in range(ranks):
+        path = os.path.join(folder, f"log{rank}.txt")
+        if os.path.exists(path):
+            with open(path) as rank_log:
+                text.append(rank_log.read()[-4000:])
+    return "\n".join(part for part in text if part) or "(no output)"
 
 
 def _failure_message(folder, ranks, logs, job):

@@ -1,12 +1,15 @@
-"""One rank: ``python -m zerolab.handmade.rank JOB.json``, started by zerolab.handmade.harness.
+"""The ranks: ``python -m zerolab.handmade.rank JOB.json N``, started by zerolab.handmade.harness.
 
-It joins the gloo group, runs the learner's cell (job["source"]) after a preamble, exercises what the cell
-defines on the fixed model (zerolab.handmade.model) and writes what it measured to <dir>/rank<R>.json, or the
-learner's error to rank<R>.error.json.
+The process imports torch once, then forks the N ranks (torch's import is most of a rank's start-up: N imports
+on 2 cores took seconds). Each rank joins the gloo group, runs the learner's cell (job["source"]) after a
+preamble, exercises what the cell defines on the fixed model (zerolab.handmade.model) and writes what it measured
+to <dir>/rank<R>.json, or the learner's error to rank<R>.error.json; its output goes to <dir>/log<R>.txt.
 """
 import json
 import os
+import signal
 import sys
+import time
 import traceback
 
 CELL = "<your cell>"
@@ -297,5 +300,60 @@ def _write(job, name, payload):
     os.replace(path + ".tmp", path)
 
 
+def fork_ranks(job_path, ranks):
+    """Fork the ranks from this process once torch is imported; 0 when all succeed. The first rank to fail stops
+    the others half a second later (time for their own error files), like a launcher would."""
+    from zerolab.run.worker import stop_when_orphaned
+
+    import torch
+    import torch.distributed  # noqa: F401 (each rank imports it before the learner's code runs, as before)
+
+    torch.set_num_threads(1)
+    with open(job_path) as handle:
+        job = json.load(handle)
+    if job["kind"] == "deepspeed":  # no learner code runs in these ranks, so nothing it must not import is loaded
+        import deepspeed  # noqa: F401
+    children = {}
+    for rank in range(ranks):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(_forked_rank(job_path, job, rank))
+        children[pid] = rank
+    stop_when_orphaned()  # started after the forks: a thread does not survive fork
+    failed = False
+    while children:
+        pid, status = os.wait()
+        children.pop(pid, None)
+        if os.waitstatus_to_exitcode(status) != 0 and not failed:
+            failed = True
+            time.sleep(0.5)
+            for other in children:
+                _kill(other)
+    return 1 if failed else 0
+
+
+def _forked_rank(job_path, job, rank):
+    code = 1
+    try:
+        log = os.open(os.path.join(job["result_dir"], f"log{rank}.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(rank)
+        code = main(job_path)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(fork_ranks(sys.argv[1], int(sys.argv[2])))
