@@ -1,6 +1,8 @@
 """Lesson 08 through real `zerolab grade` (nbgrader in the bubblewrap sandbox where this machine has it):
 the executed solution gets full marks, the untouched release 0, a ZeRO-1 that wraps ZeroRedundancyOptimizer 0 on
-that exercise, every test cell finishes within the grading cell timeout, and no rank is left behind."""
+that exercise, every test cell finishes within the grading cell timeout, and no rank is left behind. The Chinese
+edition's solution and release are in the same batch (tests/test_zh_grading.py does this for the other lessons:
+lesson 08's ranks make each of its notebooks cost half a minute of CPU)."""
 import csv
 import datetime
 import json
@@ -44,11 +46,14 @@ def graded(tmp_path_factory):
     wraps = nbformat.read(str(SOURCE), as_version=4)
     cell = next(c for c in wraps.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ZERO1)
     cell.source = WRONG["zero1_calls_zero_redundancy_optimizer"][1]()
-    for student, nb in (("solved", solved), ("untouched", release), ("wraps_zero_redundancy", wraps)):
+    chinese = {"zh_solved": nbformat.read(str(REPO / "solutions" / "zh" / f"{LESSON}.ipynb"), as_version=4),
+               "zh_untouched": nbformat.read(str(REPO / "lessons" / "zh" / f"{LESSON}.ipynb"), as_version=4)}
+    for student, nb in (("solved", solved), ("untouched", release), ("wraps_zero_redundancy", wraps),
+                        *chinese.items()):
         folder = course / "submitted" / student / LESSON
         folder.mkdir(parents=True)
         nbformat.write(nb, str(folder / f"{LESSON}.ipynb"))
-    done = zerolab_grade(course)
+    done = zerolab_grade(course, "--jobs", "2")
     with open(course / "grades.csv", newline="") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     return course, rows, done
@@ -70,6 +75,12 @@ def test_the_solution_gets_full_marks(graded):
 def test_the_untouched_release_gets_zero_on_every_cell(graded):
     course, rows, _ = graded
     assert set(scores(course, "untouched").values()) == {0.0}, rows["untouched"]
+
+
+def test_the_chinese_edition_is_graded_like_the_english(graded):
+    course, rows, _ = graded
+    assert scores(course, "zh_solved") == scores(course, "solved") == {gid: float(p) for gid, p in POINTS.items()}
+    assert set(scores(course, "zh_untouched").values()) == {0.0}, rows["zh_untouched"]
 
 
 def test_wrapping_zero_redundancy_optimizer_scores_zero_on_that_exercise_with_a_message(graded):
