@@ -175,6 +175,12 @@ VIEWS_PER_CELL = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell')
         .filter(box => !box.parentElement.closest('.widget-vbox')).length)
     .filter(count => count > 0)"""
 FIGURE = f"() => (document.querySelector('{FRONT} .widget-vbox .widget-output img') || {{}}).src || ''"
+# A reopened lesson's saved view answers no kernel: one line per view says so (zerolab/widgets.py), instead of
+# ipywidgets' broken-link icon on each of its boxes and controls.
+DISCONNECTED_MARKS = f"""() => [...document.querySelectorAll('{FRONT} .jupyter-widgets-disconnected')]
+    .map(element => getComputedStyle(element, '::before'))
+    .filter(style => style.display !== 'none' && style.content !== 'none')
+    .map(style => style.content)"""
 
 
 def widget_cells(name):
@@ -242,6 +248,8 @@ def test_saved_lesson_reopens_with_its_figure_in_jupyterlab_and_notebook_7(lab, 
         assert "model not found" not in page.inner_text("body")
         shown = page.evaluate(VIEWS_PER_CELL)  # a notebook may defer drawing cells far below the fold
         assert shown and set(shown) == {1} and len(shown) <= widget_cells(name), shown
+        marks = page.evaluate(DISCONNECTED_MARKS)
+        assert len(marks) == len(shown) and all("run the cell again" in mark for mark in marks), marks
         page.screenshot(path=str(ARTIFACTS / f"{name}-{shot}.png"))
         assert course_errors(errors) == []
         page.close()

@@ -58,9 +58,29 @@ def _view(draw, controls, static_args):
 
     for control in controls.values():
         control.observe(redraw, names="value")
-    box = w.VBox([w.HBox(list(controls.values())[i:i + 3]) for i in range(0, len(controls), 3)] + [out])
+    rows = [w.HBox(list(controls.values())[i:i + 3]) for i in range(0, len(controls), 3)]
+    box = w.VBox([_saved_view_style(w), *rows, out])
+    box.add_class(VIEW_CLASS)
     display(box)
     redraw()
+
+
+VIEW_CLASS = "zerolab-view"
+# A lesson reopened later shows the view saved with the notebook: its last figure, and controls that no kernel
+# answers. ipywidgets marks every one of its boxes and controls with a broken-link icon then; one line saying what
+# to do reads better. A <style> inside the view travels with the saved widget state and needs no Jupyter set-up.
+SAVED_VIEW_CSS = """
+.{view} .jupyter-widgets-disconnected::before {{ display: none; }}
+.{view}.jupyter-widgets-disconnected::before {{
+  content: "{hint}"; display: block; font: 13px/1.5 var(--jp-ui-font-family, sans-serif); color: #a94442;
+  padding: 0 0 6px 0;
+}}"""
+
+
+def _saved_view_style(w):
+    hint = tr("The view saved with this notebook: run the cell again to use its controls.")
+    css = SAVED_VIEW_CSS.format(view=VIEW_CLASS, hint=hint.replace("\\", "").replace('"', "'"))
+    return w.HTML(f"<style>{css}</style>", layout=w.Layout(display="none"))
 
 
 def memory_explorer(params="13B", gpus=8, accounting="paper", precision="fp16", seq_len=None, micro_batch=1,
