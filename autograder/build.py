@@ -42,7 +42,7 @@ LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_ext
 sys.path.insert(0, str(ROOT))  # build from a checkout even where zerolab is not installed
 from zerolab import course  # noqa: E402
 from editions import edition  # noqa: E402
-from zerolab.tools import env_with_interpreter_bin, python_module  # noqa: E402
+from zerolab.tools import env_with_interpreter_bin, poll_shell_in_slices, python_module  # noqa: E402
 
 
 class BuildError(Exception):
@@ -176,6 +176,7 @@ def executed(nb, name):
         write(nb, Path(tmp) / f"{name}.ipynb")  # the kernel reads its language from the notebook beside it
         client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
                                 resources={"metadata": {"path": tmp}})
+        client.on_notebook_start = poll_shell_in_slices(client)
         try:
             client.execute()
         except CellExecutionError as error:

@@ -9,6 +9,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from zerolab.tools import poll_shell_in_slices
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
 
@@ -20,6 +22,7 @@ def test_solution_executes_in_a_fresh_kernel(name, tmp_path, monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     nb = nbformat.read(str(ROOT / "solutions" / f"{name}.ipynb"), as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.on_notebook_start = poll_shell_in_slices(client)  # else a missed reply can cost the whole 300 s
     client.execute()  # raises CellExecutionError naming the cell on the first error
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors

@@ -29,3 +29,32 @@ def env_with_interpreter_bin(env=None):
     parts = [part for part in env.get("PATH", os.defpath).split(os.pathsep) if part and part != folder]
     env["PATH"] = os.pathsep.join([folder, *parts])
     return env
+
+
+def poll_shell_in_slices(client, slice_s=1.0):
+    """Make an nbclient NotebookClient look for a cell's reply every second instead of once per cell timeout.
+
+    Under load, pyzmq's asyncio poll sometimes misses the wake-up of the reply while the kernel sends many
+    messages on IOPub (widget cells do): nbclient then waits out the whole cell timeout before it reads a reply
+    that was there all along (measured: lessons of 2-5 s took 300 s in CI, and with a 7 s timeout 6 s more).
+    Pass as NotebookClient(on_notebook_start=...): hook(notebook) runs once the kernel client exists."""
+    from queue import Empty
+    from time import monotonic
+
+    def hook(notebook=None, **_):
+        channel = client.kc.shell_channel
+        get_msg = channel.get_msg
+
+        async def get_msg_in_slices(timeout=None):
+            deadline = None if timeout is None else monotonic() + timeout
+            while True:
+                left = slice_s if deadline is None else min(slice_s, max(0.0, deadline - monotonic()))
+                try:
+                    return await get_msg(timeout=left)
+                except Empty:
+                    if deadline is not None and monotonic() >= deadline:
+                        raise
+
+        channel.get_msg = get_msg_in_slices
+
+    return hook
