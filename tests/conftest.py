@@ -28,7 +28,7 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     """The longest work first, so that the last unit a worker starts is a short one: the modules sharing a session
     fixture, then the modules with slow tests, then the rest. Also checks SHARED_SESSION_FIXTURES is complete."""
-    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    slow_modules = {_module_path(item) for item in items if item.get_closest_marker("slow")}
     users = {}
     for item in items:
         for name in _session_fixtures(item):
@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
         if len(modules) > 1 and not modules <= set(SHARED_SESSION_FIXTURES.get(name, ())):
             raise pytest.UsageError(f"the session fixture {name} is used by {', '.join(sorted(modules))}: name them "
                                     "in SHARED_SESSION_FIXTURES (tests/conftest.py), so one worker builds it once")
-    items.sort(key=lambda item: (_module_path(item) not in _UNIT_OF_MODULE, item.module.__name__ not in slow_modules))
+    items.sort(key=lambda item: (_module_path(item) not in _UNIT_OF_MODULE, _module_path(item) not in slow_modules))
 
 
 def _module_path(item):

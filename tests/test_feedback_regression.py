@@ -14,6 +14,7 @@ import pytest
 from tests.submissions.feedback import NOT_COVERED, VARIANTS
 from zerolab.grading.answers import with_answers
 from test_nbgrader_roundtrip import course_root, nbgrader, release_lesson, scores, submit  # noqa: F401
+from test_nbgrader_roundtrip import exercises as exercise_cells
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +38,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
     exercises = VARIANTS[name]
     source, release, points = release_lesson(course_root, name)
     assert set(exercises) | NOT_COVERED.get(name, set()) == {
-        c.metadata["nbgrader"]["grade_id"] for c in source.cells
-        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}, \
+        c.metadata["nbgrader"]["grade_id"] for c in exercise_cells(source)}, \
         f"{name}: every exercise needs variants, and only exercises"
     rounds = {kind: max(len(v[kind]) for v in exercises.values()) for kind in ("wrong", "right")}
     for kind, count in rounds.items():

@@ -313,17 +313,17 @@ def fork_ranks(job_path, ranks):
         job = json.load(handle)
     if job["kind"] == "deepspeed":  # no learner code runs in these ranks, so nothing it must not import is loaded
         import deepspeed  # noqa: F401
-    children = {}
+    children = set()
     for rank in range(ranks):
         pid = os.fork()
         if pid == 0:
             os._exit(_forked_rank(job_path, job, rank))
-        children[pid] = rank
+        children.add(pid)
     stop_when_orphaned()  # started after the forks: a thread does not survive fork
     failed = False
     while children:
         pid, status = os.wait()
-        children.pop(pid, None)
+        children.discard(pid)
         if os.waitstatus_to_exitcode(status) != 0 and not failed:
             failed = True
             time.sleep(0.5)
