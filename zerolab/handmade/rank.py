@@ -43,6 +43,8 @@ def run(job, rank):
     kind = job["kind"]
     if kind == "deepspeed":
         result = deepspeed_run(job, rank)
+    elif ":" in kind:  # "package.module:function", called as function(job, namespace or None)
+        result = _runner(kind)(job, learner_namespace(job["source"]) if "source" in job else None)
     else:
         namespace = learner_namespace(job["source"])
         result = {"zero1": zero1_run, "zero2": zero2_run, "zero1_bytes": zero1_bytes_run,
@@ -50,6 +52,13 @@ def run(job, rank):
     dist.barrier()
     dist.destroy_process_group()
     return result
+
+
+def _runner(kind):
+    import importlib
+
+    module, _, function = kind.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def learner_namespace(source):
@@ -311,7 +320,8 @@ def fork_ranks(job_path, ranks):
     torch.set_num_threads(1)
     with open(job_path) as handle:
         job = json.load(handle)
-    if job["kind"] == "deepspeed":  # no learner code runs in these ranks, so nothing it must not import is loaded
+    # Ranks that run no learner code may import DeepSpeed before forking: nothing the learner must not use is loaded.
+    if job["kind"] == "deepspeed" or job.get("preimport_deepspeed"):
         import deepspeed  # noqa: F401
     children = set()
     for rank in range(ranks):
