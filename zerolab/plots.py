@@ -160,11 +160,13 @@ def budget_by_stage(model="13B", gpus=8, seq_len=2048, micro_batch=1, recomputes
     """The whole per-GPU budget (zerolab.budget) of each ZeRO stage without offload, one panel per recomputation.
 
     ``model`` is a preset name ('llama2-7b') or a parameter count ('13B', a GPT-3-shaped decoder).
+    Laid out so no text overlaps in either edition (tests/test_plots_layout.py): panels wide enough for four stage
+    names, the legend at the right below the title, and the title on two lines when one is wider than the figure.
     """
     from zerolab import budget, models
 
     decoder = models.PRESETS.get(str(model).lower()) or models.from_params(units.parse_count(model))
-    fig, axes = _figure(width=3.2 * len(recomputes) + 1.5, cols=len(recomputes), sharey=True)
+    fig, axes = _figure(width=3.0 * len(recomputes) + 2.3, height=3.8, cols=len(recomputes), sharey=True)
     seen = {}
     for ax, recompute in zip(axes, recomputes):
         for stage in memory.STAGES:
@@ -174,14 +176,33 @@ def budget_by_stage(model="13B", gpus=8, seq_len=2048, micro_batch=1, recomputes
             for line, nbytes in plan.gpu.items():
                 seen[line] = ax.bar(STAGE_NAMES[stage], nbytes / units.GB, bottom=bottom, color=BUDGET_COLORS[line])
                 bottom += nbytes / units.GB
-            ax.text(STAGE_NAMES[stage], bottom, units.format_bytes(plan.gpu_bytes), ha="center", va="bottom",
-                    fontsize=8)
+            ax.text(STAGE_NAMES[stage], bottom, _short(plan.gpu_bytes / units.GB), ha="center", va="bottom",
+                    fontsize=8)  # GB, as on the axis: a short number fits above its bar
         if gpu_memory:
             ax.axhline(gpu_memory / units.GB, color="black", linestyle="--", linewidth=1)
-        ax.set_title(tr(f"recompute: {recompute}"))
+        ax.set_title(tr(f"recompute: {recompute}"), fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.margins(y=0.15)
-    axes[0].set_ylabel(tr("per GPU (GB)"))
-    fig.legend(list(seen.values()), [tr(line) for line in seen], loc="outside right upper", fontsize=8)
-    fig.suptitle(tr(f"{decoder.name} ({units.format_count(decoder.params())} parameters), {gpus} GPUs, sequence "
-                    f"{seq_len}, micro-batch {micro_batch}, {precision}, flash attention"), fontsize=10)
+    axes[0].set_ylabel(tr("per GPU (GB)"), fontsize=9)
+    # "outside right center": at the right of the panels and below the title, which spans the whole width
+    fig.legend(list(seen.values()), [tr(line).replace("_", " ") for line in seen], loc="outside right center",
+               fontsize=8, frameon=False)
+    _title(fig, tr(f"{decoder.name} ({units.format_count(decoder.params())} parameters), {gpus} GPUs, sequence "
+                   f"{seq_len}, micro-batch {micro_batch}, {precision}, flash attention"), fontsize=10)
     return fig
+
+
+def _title(fig, text, fontsize):
+    """The figure's title; broken in two at the comma nearest its middle when one line is wider than the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    title = fig.suptitle(text, fontsize=fontsize)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    if title.get_window_extent(renderer).width > 0.95 * fig.bbox.width:
+        breaks = [i + len(comma) for comma in (", ", "，") for i in range(len(text)) if text.startswith(comma, i)]
+        if breaks:
+            cut = min(breaks, key=lambda i: abs(2 * i - len(text)))
+            title.set_text(text[:cut].rstrip() + "\n" + text[cut:].lstrip())
+    while title.get_window_extent(renderer).width > 0.95 * fig.bbox.width and title.get_fontsize() > 6:
+        title.set_fontsize(title.get_fontsize() - 0.5)
+    return title
