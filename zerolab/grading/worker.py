@@ -44,6 +44,10 @@ class Worker:
         config.Autograde.autograde_preprocessors = _autograde_preprocessors()
         config.GenerateFeedback.preprocessors = [nbgrader_ext.HideHiddenTests, "nbgrader.preprocessors.GetGrades",
                                                  "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+        config.HideHiddenTests.private_paths = {str(self.course.root): "<course>", str(self.home): "<grader>",
+                                                str(self.course.submitted_root): "<submitted>"}
+        config.HideHiddenTests.student_folders = [str(where("{student}", "{assignment}")) for where in (
+            self.course.autograded, self.course.staged, self.course.submitted)]
         if self.mode == "off":
             config.Execute.kernel_name = "python3"
         else:
