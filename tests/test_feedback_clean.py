@@ -1,8 +1,8 @@
 """The feedback file a student receives: the message, the cell and the line of their own code; never a hidden
 test's source or marker, never the grading machine's paths or the grader's own frames (nbgrader issues #917, #1363).
 
-Wrong submissions of lessons 01 and 02 are graded for real with `zerolab grade --feedback` in a temporary course
-(the sandbox when this machine has it), and each feedback HTML is checked against what nbgrader recorded of the
+Wrong submissions of lessons 01 (both editions) and 02 are graded for real with `zerolab grade --feedback` in a
+temporary course (the sandbox when this machine has it), and each feedback HTML is checked against what nbgrader recorded of the
 same run in the autograded notebook: every error there must reach the student (its message, the frames of the
 notebook's cells), and nothing of the grader may. The submissions cover a hidden test failing inside
 zerolab/checks.py, a hidden test calling the student's function that raises, errors inside the standard library
@@ -26,10 +26,13 @@ import pytest
 from tests.submissions.corpus import CAPS
 from zerolab.grading import feedback
 from zerolab.grading.answers import with_answers
+from zerolab.i18n import translate
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-STUDENT = "mixed_mistakes"
+STUDENTS = {"mixed_mistakes": "en", "zh_mixed_mistakes": "zh"}  # the Chinese edition: lesson 01 only
+CASES = [("01_where_memory_goes", "mixed_mistakes"), ("01_where_memory_goes", "zh_mixed_mistakes"),
+         ("02_offload", "mixed_mistakes")]
 
 ANSWERS = {
     "01_where_memory_goes": {
@@ -72,7 +75,7 @@ def zerolab_grade(*args):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """{lesson: (feedback html, autograded notebook, release notebook, source notebook)} and the course folder."""
+    """The course folder and {(lesson, student): (feedback html, autograded notebook, release, source notebook)}."""
     course = tmp_path_factory.mktemp("feedback") / "course"
     course.mkdir()
     shutil.copy(ROOT / "autograder" / "nbgrader_config.py", course / "nbgrader_config.py")
@@ -83,19 +86,24 @@ def graded(tmp_path_factory):
         shutil.copytree(ROOT / "autograder" / "source" / lesson, course / "source" / lesson)
         first = zerolab_grade(lesson, "--course", course, "--student", "nobody")  # generate_assignment only
         assert first.returncode == 0, first.stdout + first.stderr
-        release = nbformat.read(course / "release" / lesson / f"{lesson}.ipynb", as_version=4)
-        submission = with_answers(release, answers)
-        submission.cells.append(nbformat.v4.new_code_cell(PRINTS))
-        folder = course / "submitted" / STUDENT / lesson
-        folder.mkdir(parents=True)
-        nbformat.write(submission, folder / f"{lesson}.ipynb")
-        done = zerolab_grade(lesson, "--course", course, "--feedback")
+        students = [student for name, student in CASES if name == lesson]
+        releases = {"en": course / "release" / lesson / f"{lesson}.ipynb",
+                    "zh": ROOT / "lessons" / "zh" / f"{lesson}.ipynb"}
+        for student in students:
+            release = nbformat.read(releases[STUDENTS[student]], as_version=4)
+            submission = with_answers(release, answers)
+            submission.cells.append(nbformat.v4.new_code_cell(PRINTS))
+            folder = course / "submitted" / student / lesson
+            folder.mkdir(parents=True)
+            nbformat.write(submission, folder / f"{lesson}.ipynb")
+        done = zerolab_grade(lesson, "--course", course, "--feedback", "--jobs", len(students))
         assert done.returncode == 0 and "no feedback" not in done.stdout, done.stdout + done.stderr
-        results[lesson] = (
-            (course / "feedback" / STUDENT / lesson / f"{lesson}.html").read_text(),
-            nbformat.read(course / "autograded" / STUDENT / lesson / f"{lesson}.ipynb", as_version=4),
-            release,
-            nbformat.read(course / "source" / lesson / f"{lesson}.ipynb", as_version=4))
+        source = nbformat.read(course / "source" / lesson / f"{lesson}.ipynb", as_version=4)
+        for student in students:
+            results[lesson, student] = (
+                (course / "feedback" / student / lesson / f"{lesson}.html").read_text(),
+                nbformat.read(course / "autograded" / student / lesson / f"{lesson}.ipynb", as_version=4),
+                nbformat.read(releases[STUDENTS[student]], as_version=4), source)
     return course, results
 
 
@@ -143,13 +151,13 @@ def test_the_cases_are_covered(graded):
     """The submissions still make the failures this file is about; a lesson change may need new answers here."""
     _, results = graded
     raised_in_checks = hidden_failures = library_frames = paths_in_messages = students_lines = 0
-    for lesson, (_, autograded, _, _) in results.items():
+    for (lesson, student), (_, autograded, _, _) in results.items():
         by_count = {cell.execution_count: cell for cell in autograded.cells if cell.cell_type == "code"}
         for cell, out in errors(autograded):
             text = "\n".join(plain(entry) for entry in out.traceback)
             raised_in_checks += "zerolab/checks.py" in text
             library_frames += bool(re.search(r"(statistics|numpy).*\.py:\d+", text))
-            paths_in_messages += f"{STUDENT}/{lesson}" in out.evalue
+            paths_in_messages += f"{student}/{lesson}" in out.evalue
             for count, line in cell_frames(out):
                 hidden_failures += line in feedback.hidden_line_numbers(by_count[count].source)
                 students_lines += by_count[count].metadata.get("nbgrader", {}).get("solution", False)
@@ -157,9 +165,9 @@ def test_the_cases_are_covered(graded):
         and students_lines >= 4, (raised_in_checks, hidden_failures, library_frames, paths_in_messages, students_lines)
 
 
-@pytest.mark.parametrize("lesson", sorted(ANSWERS))
-def test_no_hidden_test_source_or_marker(graded, lesson):
-    page, _, release, source = graded[1][lesson]
+@pytest.mark.parametrize("lesson, student", CASES)
+def test_no_hidden_test_source_or_marker(graded, lesson, student):
+    page, _, release, source = graded[1][lesson, student]
     shown = text_of(page)
     assert "BEGIN HIDDEN" not in page and "END HIDDEN" not in page
     visible = {line.strip() for cell in release.cells for line in cell.source.split("\n")}
@@ -168,10 +176,10 @@ def test_no_hidden_test_source_or_marker(graded, lesson):
     assert not leaked, f"{lesson}: hidden test source in the feedback: {leaked[:3]}"
 
 
-@pytest.mark.parametrize("lesson", sorted(ANSWERS))
-def test_no_grader_paths_or_frames(graded, lesson):
+@pytest.mark.parametrize("lesson, student", CASES)
+def test_no_grader_paths_or_frames(graded, lesson, student):
     course, results = graded
-    page = results[lesson][0]
+    page = results[lesson, student][0]
     for path in grader_paths(course):
         assert path not in page, f"{lesson}: the grading machine's path {path} is in the feedback"
     shown = text_of(page)
@@ -179,29 +187,30 @@ def test_no_grader_paths_or_frames(graded, lesson):
     assert "checks.py" not in shown and "def close_to" not in shown, "zerolab.checks' source or path"
 
 
-@pytest.mark.parametrize("lesson", sorted(ANSWERS))
-def test_every_error_shows_its_message_and_the_students_line(graded, lesson):
+@pytest.mark.parametrize("lesson, student", CASES)
+def test_every_error_shows_its_message_and_the_students_line(graded, lesson, student):
     course, results = graded
-    page, autograded, _, _ = results[lesson]
+    page, autograded, _, _ = results[lesson, student]
     shown = text_of(page)
     by_count = {cell.execution_count: cell for cell in autograded.cells if cell.cell_type == "code"}
-    folder = str(course / "autograded" / STUDENT / lesson) + "/"
+    folder = str(course / "autograded" / student / lesson) + "/"
     for cell, out in errors(autograded):
         message = f"{out.ename}: {out.evalue.replace(folder, '')}"  # the student's folder: a path relative to it
         assert message in shown, f"{lesson}: the feedback lacks the message {message!r}"
         for count, line in cell_frames(out):
             frame = by_count[count]
             if line in feedback.hidden_line_numbers(frame.source):
-                assert f"Cell In[{count}], in a hidden test" in shown
+                assert translate(f"Cell In[{count}], in a hidden test (its source is not shown)", STUDENTS[student]) \
+                    in shown
                 continue
             assert f"Cell In[{count}], line {line}" in shown, f"{lesson}: the frame of cell {count} is missing"
             code = frame.source.split("\n")[line - 1].strip()
             assert re.search(rf"{line} +{re.escape(code)}", shown), f"{lesson}: line {line} of cell {count}: {code}"
 
 
-@pytest.mark.parametrize("lesson", sorted(ANSWERS))
-def test_visible_tests_and_their_results_are_kept(graded, lesson):
-    page, autograded, release, _ = graded[1][lesson]
+@pytest.mark.parametrize("lesson, student", CASES)
+def test_visible_tests_and_their_results_are_kept(graded, lesson, student):
+    page, autograded, release, _ = graded[1][lesson, student]
     shown = text_of(page)
     tests = [cell for cell in release.cells if cell.metadata.get("nbgrader", {}).get("grade") and
              cell.cell_type == "code"]
@@ -250,3 +259,12 @@ def test_a_traceback_keeps_cell_frames_minus_hidden_lines():
     assert "Cell In[7], in a hidden test" in cleaned and "secret" not in cleaned and "/usr/lib" not in cleaned
     assert "inside statistics (library code" in cleaned and "zerolab" not in cleaned
     assert cleaned.endswith("StatisticsError: mean requires at least one data point")
+
+
+def test_what_stands_in_for_hidden_source_is_in_the_notebooks_language():
+    traceback = ["Cell In[7], line 5\n----> 5 check(f(99))\n", "File /usr/lib/python3.11/json/decoder.py:3\n",
+                 "Cell In[8], line 2\n----> 2 check(g(99))  # a long hidden line\n", "JSONDecodeError: x"]
+    cleaned = "\n".join(feedback.clean_traceback(traceback, {7: {5}}, feedback.Paths({}),
+                                                 hidden_text=["check(g(99))  # a long hidden line"], lang="zh"))
+    assert "Cell In[7]，在一个隐藏测试中" in cleaned and "在 json.decoder 内部（库代码" in cleaned
+    assert "（隐藏测试的一行）" in cleaned and "g(99)" not in cleaned and "f(99)" not in cleaned

@@ -14,6 +14,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from zerolab.i18n import translate
+
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_FRAME = re.compile(r"^\s*(?:Cell In ?\[(\d+)\]|Input In \[(\d+)\]), line (\d+)")
 FILE_FRAME = re.compile(r"^\s*File (.+?):(\d+)(?:, in .*)?$")
@@ -34,9 +36,10 @@ def hidden_line_numbers(source, begin="BEGIN HIDDEN TESTS", end="END HIDDEN TEST
     return numbers
 
 
-def clean_traceback(traceback, hidden_by_cell, paths, hidden_text=()):
+def clean_traceback(traceback, hidden_by_cell, paths, hidden_text=(), lang="en"):
     """The traceback entries a student may see. `hidden_by_cell` maps an execution count to the hidden line numbers
-    of that cell; `hidden_text` (the hidden tests' lines) cleans a frame of a cell not in it, and the messages."""
+    of that cell; `hidden_text` (the hidden tests' lines) cleans a frame of a cell not in it, and the messages.
+    What it writes in their place is in `lang`, the notebook's language."""
     kept, library = [], []
     quoted = [line for line in hidden_text if len(line) >= MESSAGE_MATCH]
     for entry in traceback:
@@ -47,30 +50,32 @@ def clean_traceback(traceback, hidden_by_cell, paths, hidden_text=()):
             library.append(module_of(file.group(1)))
             continue
         if library:
-            kept += _library_note(library)
+            kept += _library_note(library, lang)
             library = []
         if cell:
             count = int(cell.group(1) or cell.group(2))
             hidden = hidden_by_cell.get(count)
             line = int(cell.group(3))
-            entry = scrub(entry, hidden_text) if hidden is None else _cell_frame(entry, count, line, hidden)
+            entry = scrub(entry, hidden_text, lang) if hidden is None else _cell_frame(entry, count, line, hidden,
+                                                                                        lang)
         else:
-            entry = scrub(entry, quoted)  # a message quoting a hidden test's source
+            entry = scrub(entry, quoted, lang)  # a message quoting a hidden test's source
         kept.append(paths.shorten(entry))
-    return kept + _library_note(library)
+    return kept + _library_note(library, lang)
 
 
-def scrub(entry, hidden):
+def scrub(entry, hidden, lang="en"):
     """`entry` with every line that shows one of the `hidden` source lines replaced by a placeholder."""
     plain = ANSI.sub("", entry)
     if not any(h in plain for h in hidden):
         return entry
-    return "\n".join("    (hidden test line)" if any(h in line for h in hidden) else line for line in plain.split("\n"))
+    placeholder = "    " + translate("(hidden test line)", lang)
+    return "\n".join(placeholder if any(h in line for h in hidden) else line for line in plain.split("\n"))
 
 
-def _cell_frame(entry, count, line, hidden):
+def _cell_frame(entry, count, line, hidden, lang):
     if line in hidden:
-        return f"Cell In[{count}], in a hidden test (its source is not shown)\n"
+        return translate(f"Cell In[{count}], in a hidden test (its source is not shown)", lang) + "\n"
     lines = entry.split("\n")
     kept = [lines[0]]
     for text in lines[1:]:
@@ -80,9 +85,9 @@ def _cell_frame(entry, count, line, hidden):
     return "\n".join(kept)
 
 
-def _library_note(modules):
-    shown = [name for name in dict.fromkeys(modules) if name.split(".")[0] != "zerolab"]
-    return [f"   ... inside {', '.join(shown)} (library code, not shown)\n"] if shown else []
+def _library_note(modules, lang):
+    shown = ", ".join(name for name in dict.fromkeys(modules) if name.split(".")[0] != "zerolab")
+    return [f"   ... {translate(f'inside {shown} (library code, not shown)', lang)}\n"] if shown else []
 
 
 def module_of(path):
@@ -102,7 +107,8 @@ def module_of(path):
                 path = path[len(root.rstrip("/")) + 1:]
                 break
         else:
-            path = path.rsplit("/", 1)[-1]
+            stdlib = re.search(r"/lib/python\d+(?:\.\d+)?/(.+)$", path)  # another Python's standard library
+            path = stdlib.group(1) if stdlib else path.rsplit("/", 1)[-1]
     name = re.sub(r"\.pyw?$", "", path).replace("/", ".")
     return re.sub(r"\.__init__$", "", name) or "?"
 

@@ -4,10 +4,13 @@ TrackedExecute     nbgrader's Execute, remembering which cell is running (to nam
 LimitOutputChars   nbgrader's LimitOutput, which counts lines only, plus a cap on characters per output
 HideHiddenTests    for feedback: nbgrader's ClearHiddenTests, plus outputs cleaned (zerolab.grading.feedback)
 """
+from pathlib import Path
+
 from nbgrader.preprocessors import ClearHiddenTests, Execute, LimitOutput
 from traitlets import Dict, Integer, List, Unicode
 
 from zerolab.grading import feedback
+from zerolab.i18n import notebook_language, translate
 
 running = {}  # the cell TrackedExecute is executing now: {"index", "grade_id", "source"}
 
@@ -56,11 +59,12 @@ class HideHiddenTests(ClearHiddenTests):
         self._hidden_text = [line for source in sources
                              for line in hidden_lines(source, self.begin_test_delimeter, self.end_test_delimeter)]
         names = resources.get("nbgrader", {})
-        labels = {**feedback.python_paths(), **self.private_paths}
+        labels = {**feedback.python_paths(), str(Path.home()): "~", **self.private_paths}
         for folder in self.student_folders:
             labels[folder.replace("{student}", names.get("student", "?"))
                    .replace("{assignment}", names.get("assignment", "?"))] = ""
         self._paths = feedback.Paths(labels)
+        self._lang = notebook_language(nb)
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, cell_index):
@@ -71,9 +75,9 @@ class HideHiddenTests(ClearHiddenTests):
         for output in cell.outputs:
             if output.output_type == "error":
                 output.traceback = feedback.clean_traceback(output.traceback, self._hidden_by_cell, self._paths,
-                                                            self._hidden_text)
+                                                            self._hidden_text, self._lang)
                 if any(line in output.evalue for line in hidden if len(line) >= feedback.MESSAGE_MATCH):
-                    output.evalue = "(a hidden test failed; its source is not shown)"
+                    output.evalue = translate("(a hidden test failed; its source is not shown)", self._lang)
                 output.evalue = self._paths.shorten(output.evalue)
             elif output.output_type == "stream":
                 output.text = self._clean_text(output.text)
