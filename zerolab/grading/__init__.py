@@ -6,6 +6,7 @@ scan       static look at the student's cells for cheating (builtins, helpers, s
 sandbox    what isolation this machine offers, and the bubblewrap command that gives it
 kernel     the kernel launcher nbgrader starts: limits, sandbox, per-notebook deadline
 nbgrader_ext  small nbgrader preprocessors: cell tracking, output caps, hidden tests out of feedback
+feedback   what a feedback file shows of an error: the notebook's cells, no hidden test, no grader's path
 worker     one grading process: grades students one by one with nbgrader's API, repairs dead kernels
 report     the status/reason of each student and grades.csv
 diskcap    the disk cap: the submission's folder and /tmp on one size-limited tmpfs per kernel

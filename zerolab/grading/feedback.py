@@ -56,8 +56,10 @@ def clean_traceback(traceback, hidden_by_cell, paths, hidden_text=(), lang="en")
             count = int(cell.group(1) or cell.group(2))
             hidden = hidden_by_cell.get(count)
             line = int(cell.group(3))
-            entry = scrub(entry, hidden_text, lang) if hidden is None else _cell_frame(entry, count, line, hidden,
-                                                                                        lang)
+            if hidden is None:  # a cell this notebook has no record of: match the hidden lines' text instead
+                entry = scrub(entry, hidden_text, lang)
+            else:
+                entry = _cell_frame(entry, count, line, hidden, lang)
         else:
             entry = scrub(entry, quoted, lang)  # a message quoting a hidden test's source
         kept.append(paths.shorten(entry))
@@ -123,16 +125,15 @@ class Paths:
     """Shortens the grading machine's paths in text: {path: label}; a label '' leaves the path relative to it."""
 
     def __init__(self, labels):
-        every = {}
+        self.labels = {}
         for path, label in labels.items():
-            for form in {str(path).rstrip("/"), str(Path(path).resolve()).rstrip("/")}:
+            for form in (str(path).rstrip("/"), str(Path(path).resolve()).rstrip("/")):
                 if len(form) > 1:  # never "/" itself
-                    every.setdefault(form, label)
-        self.labels = every
-        self.pattern = re.compile("|".join(rf"{re.escape(p)}(?P<g{i}>/|(?![\w.+@-]))"
-                                           for i, p in enumerate(sorted(every, key=len, reverse=True)))) \
-            if every else None
-        self.order = sorted(every, key=len, reverse=True)
+                    self.labels.setdefault(form, label)
+        self.order = sorted(self.labels, key=len, reverse=True)  # the longest first: a folder inside another
+        # each path ends at "/" or where a path's characters end, so /srv/course never matches /srv/course2
+        self.pattern = re.compile("|".join(rf"{re.escape(path)}(?P<g{i}>/|(?![\w.+@-]))"
+                                           for i, path in enumerate(self.order))) if self.order else None
 
     def shorten(self, text):
         if not self.pattern or not text:
@@ -140,8 +141,7 @@ class Paths:
         return self.pattern.sub(self._replace, text)
 
     def _replace(self, match):
-        path = self.order[int(match.lastgroup[1:])]
-        label, slash = self.labels[path], match.group(match.lastgroup)
+        label, slash = self.labels[self.order[int(match.lastgroup[1:])]], match.group(match.lastgroup)
         if label:
             return label + slash
         return "" if slash else "."
