@@ -84,7 +84,7 @@ def test_no_text_overlaps_or_leaves_the_figure(edition, case):
 
 
 def test_the_check_sees_an_overlap(edition):
-    """The same figure squeezed to half its width: the check must find what a reader would see."""
+    """The same figure squeezed to 3.2 inches: the check must find what a reader would see."""
     fig = plots.budget_by_stage(**FIGURES["widget, one panel"])
-    fig.set_size_inches(2.4, 3.8)
+    fig.set_size_inches(3.2, 3.8)
     assert any("overlaps" in problem or "outside" in problem for problem in layout_problems(fig))
