@@ -32,6 +32,13 @@ def test_partition_mistakes_are_named(answer, fragment):
     assert fragment in verdict.partition_problem(answer, [4, 4], 2)
 
 
+def test_owned_indices_that_start_again_in_each_group_are_named():
+    # two groups [4] and [6] on 2 ranks (shares of 2 and 4, pads 4 and 8): rank 0 numbers the second group's
+    # parameter 0 again, so it lists parameter 0's first elements twice
+    owned = [[(0, 0, 2), (0, 0, 4)], [(0, 2, 4), (1, 4, 6)]]
+    assert "param_index counts the parameters of all groups in order" in verdict._ownership_problem(owned, [4, 6])
+
+
 def test_padding_to_a_multiple_of_n_instead_of_2n_is_named():
     # 5 elements on 2 ranks: DeepSpeed pads to 8 (shares of 4 and 1); padding to 6 gives shares of 3 and 2
     assert "padded to a multiple of N" in verdict.partition_problem([[(0, 0, 3)], [(0, 3, 5)]], [5], 2)

@@ -222,6 +222,11 @@ def _ownership_problem(owned_per_rank, numels, groups=None):
                     "updated)")
     for index, per_element in enumerate(owners):
         for element, ranks in enumerate(per_element):
+            twice = next((rank for rank in ranks if ranks.count(rank) > 1), None)
+            if twice is not None:
+                return (f"rank {twice} lists element {element} of parameter {index} more than once in `owned`: "
+                        "param_index counts the parameters of all groups in order (it does not start again at 0 "
+                        "in each group)")
             if len(ranks) != 1:
                 who = f"ranks {ranks}" if ranks else "no rank"
                 return (f"the ranks disagree on who owns what: element {element} of parameter {index} is owned by "
