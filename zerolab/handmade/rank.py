@@ -141,9 +141,8 @@ def zero2_run(job, namespace):
 
 def zero1_bytes_run(job, namespace):
     """The learner's ZeRO-1 and DeepSpeed stage 1 side by side in the same ranks: parameters and bytes."""
-    from zerolab.handmade import model as fixed
-
     from zerolab.handmade import live
+    from zerolab.handmade import model as fixed
 
     net = fixed.build()
     optimizer = namespace["ShardedAdamW"](net.parameters(), **_hyper(job["hyper"]))
