@@ -1,0 +1,73 @@
+"""Lesson 08's ZeRO-2 and mixed-precision exercises on real gloo ranks (zerolab.handmade.traffic, zero2, mixed):
+the collective counter counts what a cell sends, the solutions pass on 2 and 3 ranks, each wrong implementation
+gets the message that names its mistake, and no rank outlives a run."""
+import psutil
+import pytest
+
+from zerolab.handmade import harness
+
+COUNTED_CELL = '''
+from torch.distributed import all_reduce as imported_all_reduce
+
+
+def main():
+    n, me = dist.get_world_size(), dist.get_rank()
+    imported_all_reduce(torch.ones(10))
+    dist.all_reduce(torch.ones(6), async_op=True).wait()
+    dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * n))
+    dist.reduce_scatter(torch.empty(2), [torch.ones(2) for _ in range(n)], async_op=True).wait()
+    dist.all_gather_into_tensor(torch.empty(3 * n), torch.ones(3))
+    dist.all_gather([torch.empty(5) for _ in range(n)], torch.ones(5))
+    dist.broadcast(torch.ones(7, dtype=torch.bfloat16), src=0)
+    dist.reduce(torch.ones(9), dst=n - 1)
+    if me == 0:
+        dist.send(torch.ones(11), dst=1)
+    elif me == 1:
+        dist.recv(torch.empty(11), src=0)
+'''
+
+
+def _by_op(rows):
+    return {(row["op"], row["dtype"]): row for row in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_counter_counts_every_collective_a_cell_makes(ranks):
+    """Expected sizes come from the cell's own tensors: all-reduce 10 + 6 elements (async too, and one imported by
+    name before the counter could have been installed if it were installed late); reduce-scatters of 4n and 2n
+    inputs; all-gathers of 3n and 5n outputs; a bf16 broadcast of 7; a reduce of 9; rank 0's send of 11."""
+    results = harness.run({"kind": "zerolab.handmade.traffic:count_cell", "cell": COUNTED_CELL, "call": "main"},
+                          ranks)
+    n = ranks
+    for rank, result in enumerate(results):
+        rows = _by_op(result["collectives"])
+        assert (rows["all-reduce", "float32"]["calls"], rows["all-reduce", "float32"]["elements"]) == (2, 16)
+        assert rows["all-reduce", "float32"]["volume"] == 2 * 16  # the paper: reduce-scatter + all-gather
+        assert (rows["reduce-scatter", "float32"]["calls"], rows["reduce-scatter", "float32"]["elements"]) == \
+            (2, 6 * n)
+        assert rows["all-gather", "float32"]["elements"] == 8 * n
+        assert rows["broadcast", "bfloat16"]["bytes"] == 7 * 2
+        assert rows["reduce", "float32"]["elements"] == 9
+        for op in ("reduce-scatter", "all-gather"):  # ring: each rank sends (n-1)/n of the collective
+            row = rows[op, "float32"]
+            assert row["wire_bytes"] == round(row["elements"] * (n - 1) / n * 4)
+        assert rows["all-reduce", "float32"]["wire_bytes"] == round(2 * 16 * (n - 1) / n * 4)
+        sends = rows.get(("send", "float32"))
+        assert (sends["elements"] if sends else 0) == (11 if rank == 0 else 0)
+        assert sum(row["calls"] for row in result["collectives"]) == 9 + int(rank == 0)
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+def test_the_counter_leaves_torch_distributed_as_it_found_it():
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from zerolab.handmade.traffic import WRAPPED, CollectiveCounter
+
+    before = {name: getattr(dist, name) for name in WRAPPED}
+    counter = CollectiveCounter().install()
+    assert all(getattr(dist, name) is not before[name] for name in WRAPPED)
+    assert dist.all_reduce is c10d.all_reduce and dist.all_reduce.__wrapped__ is before["all_reduce"]
+    counter.uninstall()
+    assert all(getattr(dist, name) is before[name] for name in WRAPPED)
