@@ -1,10 +1,14 @@
 """Lesson 08's ZeRO-2 and mixed-precision exercises on real gloo ranks (zerolab.handmade.traffic, zero2, mixed):
 the collective counter counts what a cell sends, the solutions pass on 2 and 3 ranks, each wrong implementation
 gets the message that names its mistake, and no rank outlives a run."""
+from pathlib import Path
+
 import psutil
 import pytest
 
 from zerolab.handmade import harness
+
+ROOT = Path(__file__).resolve().parent.parent
 
 COUNTED_CELL = '''
 from torch.distributed import all_reduce as imported_all_reduce
@@ -71,3 +75,13 @@ def test_the_counter_leaves_torch_distributed_as_it_found_it():
     assert dist.all_reduce is c10d.all_reduce and dist.all_reduce.__wrapped__ is before["all_reduce"]
     counter.uninstall()
     assert all(getattr(dist, name) is before[name] for name in WRAPPED)
+
+
+def draft_cell(grade_id):
+    """The solution cell ``grade_id`` of the draft autograder/src/_08_draft_zero2.py, markers removed."""
+    text = (ROOT / "autograder" / "src" / "_08_draft_zero2.py").read_text()
+    start = text.index(f'"grade_id": "{grade_id}"')
+    body = text[text.index("\n", start) + 1:]
+    body = body[:body.index("\n# %%")] if "\n# %%" in body else body
+    return "\n".join(line for line in body.splitlines()
+                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
