@@ -85,3 +85,63 @@ def draft_cell(grade_id):
     body = body[:body.index("\n# %%")] if "\n# %%" in body else body
     return "\n".join(line for line in body.splitlines()
                      if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+
+
+def mutate(grade_id, old, new):
+    text = draft_cell(grade_id)
+    assert old in text, f"the solution of {grade_id} changed: {old!r} is gone; update this case"
+    return text.replace(old, new)
+
+
+ZERO2 = "ex3_zero2_gradients"
+HIDDEN = {"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1}
+REDUCE_TO_OWNERS = """            for owner, ranges in enumerate(self.shares):
+                for i, start, end in ranges:
+                    if i == index:
+                        dist.reduce(grad[start:end], dst=owner)
+"""
+
+# name: (how to build the cell, fragment of the message it must get); each scores 0 on the test cell
+WRONG_ZERO2 = {
+    "all_reduce_then_slice": (lambda: mutate(ZERO2, REDUCE_TO_OWNERS, "            dist.all_reduce(grad)\n"),
+                              "traffic: in step 0 rank 0 all-reduces the gradients during backward"),
+    "full_gradients_kept": (lambda: mutate(ZERO2, "grad, p.grad = p.grad.reshape(-1), None",
+                                           "grad = p.grad.reshape(-1)"),
+                            "memory: after backward parameter"),
+    "reduced_only_when_backward_ends": (lambda: mutate(  # a bucket as large as the model: one reduction, at the end
+        ZERO2, "self.bucket = torch.empty(bucket_elements)",
+        "self.bucket = torch.empty(sum(p.numel() for p in self.params))"),
+        "memory: during backward rank"),
+    "gradients_summed": (lambda: mutate(ZERO2, "grad[start:end] / self.world_size", "grad[start:end].clone()"),
+                         "wrong scale: the gradients are summed over the 2 ranks, not averaged"),
+    "owners_differ": (lambda: mutate(ZERO2, "self.owned = self.shares[self.rank]",
+                                     "self.owned = self.shares[self.rank + 1 if self.rank == 0 else self.rank]"),
+                      "the ranks disagree on who owns what"),
+    "imports_the_reference": (lambda: "from zerolab.handmade.sharded import ShardedAdamW\n" + draft_cell(ZERO2),
+                              "uses the course's own reference implementation"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("repeat", range(3))
+@pytest.mark.parametrize("ranks, job", [(2, {}), (3, {"steps": 4, "bucket_elements": 700, "hyper": HIDDEN})])
+def test_zero2_solution_passes_three_times_in_a_row(ranks, job, repeat):
+    """The visible call and the hidden call of the test cell (a bucket smaller than the largest parameter), each
+    three times: a race in the hooks or the collectives shows as a flake."""
+    from zerolab.handmade import zero2
+
+    results = zero2.zero2_hooks(ranks, cell=draft_cell(ZERO2), **job)
+    assert all(r["memory_where"] for r in results)
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(WRONG_ZERO2))
+def test_each_wrong_zero2_gets_its_named_verdict(name):
+    from zerolab.handmade import zero2
+
+    build, fragment = WRONG_ZERO2[name]
+    with pytest.raises(AssertionError) as failure:
+        zero2.zero2_hooks(2, hyper=HIDDEN, steps=2, cell=build())
+    assert fragment in str(failure.value), str(failure.value)
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"

@@ -43,8 +43,8 @@ def run(job, _namespace=None):
         result["traffic"].append(counter.summary(step))
         if step == 0:
             result.update(memory_peak=memory.peak, memory_where=memory.where, **_gradients(params))
-            if not _shards_usable(params, optimizer.owned):
-                return result
+            if not _all_ranks(_shards_usable(params, optimizer.owned)):
+                return result  # the verdict names what is missing; the optimizer could not step
         optimizer.step()
     result["params"] = fixed.flat(net)
     return result
@@ -67,6 +67,15 @@ def _shards_usable(params, owned):
         if params[index].grad is None and not (torch.is_tensor(shard) and shard.numel() == end - start):
             return False
     return True
+
+
+def _all_ranks(flag):
+    """Whether ``flag`` holds on every rank (one all-reduce the counter does not count: it has no label then)."""
+    import torch.distributed as dist
+
+    agreed = torch.tensor([int(flag)])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return bool(agreed.item())
 
 
 def _plain_ranges(owned):
