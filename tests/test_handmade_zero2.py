@@ -145,3 +145,51 @@ def test_each_wrong_zero2_gets_its_named_verdict(name):
         zero2.zero2_hooks(2, hyper=HIDDEN, steps=2, cell=build())
     assert fragment in str(failure.value), str(failure.value)
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+MIXED = "ex5_mixed_precision"
+MASTER_FP32 = "self.master = [self.all_params[i].detach().view(-1)[s:e].float() for i, s, e in self.owned]"
+WRONG_MIXED = {
+    "bf16_master_weights": (lambda: mutate(MIXED, MASTER_FP32, MASTER_FP32.replace(".float()", ".clone()")),
+                            "bf16 master weights: rank 0 keeps its master shard in bfloat16"),
+    "master_rebuilt_from_bf16_each_step": (lambda: mutate(
+        MIXED, "        grads = []\n", f"        {MASTER_FP32}\n        grads = []\n"),
+        "bf16 master weights: the fp32 master holds no more than the bf16 parameters"),
+    "clipping_per_shard": (lambda: mutate(MIXED, "        dist.all_reduce(squares)", "        pass"),
+                           "clipping per shard: in step 0 rank 0's norm is the norm of its own share"),
+    "gradients_summed": (lambda: mutate(MIXED, "grads.append(grad / self.world_size)", "grads.append(grad)"),
+                         "wrong scale: the gradients are summed over the 2 ranks, not averaged"),
+    "bf16_copy_not_refreshed": (lambda: mutate(
+        MIXED, "self.all_params[index].view(-1)[start:end] = incoming[rank][offset:offset + end - start]", "pass"),
+        "stale parameters: rank 0's bf16 parameters are not its fp32 master rounded to bf16"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("repeat", range(3))
+@pytest.mark.parametrize("ranks, job", [(2, {}), (3, {"steps": 5, "max_grad_norm": 0.05, "hyper": HIDDEN})])
+def test_mixed_precision_solution_passes_three_times_in_a_row(ranks, job, repeat):
+    from zerolab.handmade import mixed
+
+    results = mixed.mixed_precision(ranks, cell=draft_cell(MIXED), **job)
+    # the solution all-reduces each parameter's gradient and, for the clipping, one element: the squared norms
+    from zerolab.handmade import model as fixed
+
+    numels = fixed.numels(fixed.build())
+    for result in results:
+        for rows in result["traffic"]:
+            reduced = [row for row in rows if row["op"] == "all-reduce"]
+            assert [(r["calls"], r["elements"]) for r in reduced] == [(len(numels) + 1, sum(numels) + 1)]
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(WRONG_MIXED))
+def test_each_wrong_mixed_precision_gets_its_named_verdict(name):
+    from zerolab.handmade import mixed
+
+    build, fragment = WRONG_MIXED[name]
+    with pytest.raises(AssertionError) as failure:
+        mixed.mixed_precision(2, cell=build())
+    assert fragment in str(failure.value), str(failure.value)
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"

@@ -20,23 +20,24 @@ def problem(results, hyper, steps, bucket_elements):
     world_size = len(results)
     numels = fixed.numels(deep.build())
     shares = flat_partition(numels, world_size)
-    return (_ownership(results, numels, shares) or _shards(results, numels, shares)
+    return (ownership(results, numels, shares, "Zero2Gradients") or _shards(results, numels, shares)
             or _memory(results, numels, shares, bucket_elements) or _traffic(results, numels)
             or _training(results, hyper, steps))
 
 
-def _ownership(results, numels, shares):
+def ownership(results, numels, shares, name):
+    """Every rank's ``owned`` there, consistent across ranks, and partition's; or the message naming what is not."""
     for rank, result in enumerate(results):
         if result["owned"] is None:
-            return (f"missing attribute: rank {rank}'s Zero2Gradients has no `owned` list of (param_index, start, "
-                    "end); the tests read which elements each rank keeps from it")
+            return (f"missing attribute: rank {rank}'s {name} has no `owned` list of (param_index, start, end); the "
+                    "tests read which elements each rank keeps from it")
     found = verdict._ownership_problem([r["owned"] for r in results], numels)
     if found:
         return found
     for rank, result in enumerate(results):
         if [tuple(r) for r in result["owned"]] != [tuple(r) for r in shares[rank]]:
             return (f"wrong owners: rank {rank}'s `owned` is not what partition(numels, world_size) gives for rank "
-                    f"{rank}; the optimizer that reads your shards takes its owners from partition")
+                    f"{rank}; the tests take the owners from partition")
     return None
 
 
