@@ -147,7 +147,7 @@ def test_each_wrong_zero2_gets_its_named_verdict(name):
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"
 
 
-MIXED = "ex5_mixed_precision"
+MIXED = "ex6_mixed_precision"
 MASTER_FP32 = "self.master = [self.all_params[i].detach().view(-1)[s:e].float() for i, s, e in self.owned]"
 WRONG_MIXED = {
     "bf16_master_weights": (lambda: mutate(MIXED, MASTER_FP32, MASTER_FP32.replace(".float()", ".clone()")),

@@ -75,14 +75,20 @@ def _memory(results, numels, shares, bucket_elements):
             return (f"memory: after backward parameter {kept[0]} still has its full .grad on rank {rank}; the full "
                     "gradients are not freed once their bucket is reduced")
     for rank, result in enumerate(results):
-        share = sum(end - start for _, start, end in shares[rank])
-        budget = 4 * (share + bucket_elements + max(numels)) + MEMORY_SLACK_BYTES
+        budget = memory_budget(numels, len(results), rank, bucket_elements)
         if result["memory_peak"] > budget:
             return (f"memory: during backward rank {rank} held up to {result['memory_peak']} bytes of gradients "
                     f"({result['memory_where']}); its share, one bucket of {bucket_elements} elements and the largest "
                     f"parameter take {budget} bytes: gradients, or copies of them, stay alive after their bucket "
                     "was sent")
     return None
+
+
+def memory_budget(numels, world_size, rank, bucket_elements):
+    """Bytes of gradient memory a rank may hold during backward: its share, one bucket and the largest parameter's
+    gradient (fp32), and MEMORY_SLACK_BYTES."""
+    share = sum(end - start for _, start, end in flat_partition(numels, world_size)[rank])
+    return 4 * (share + bucket_elements + max(numels)) + MEMORY_SLACK_BYTES
 
 
 def _traffic(results, numels):
