@@ -55,7 +55,7 @@ for label, bucket_allreduce in (("reduced to the owners (the paper)", False),
                                 ("DeepSpeed's default (bucket all-reduce)", True)):
     step = comm.traffic(psi, 2, 2, precision="fp32", bucket_allreduce=bucket_allreduce)
     parts = ", ".join(f"{c.op} {c.volume / psi:g} Ψ" for c in step.collectives)
-    print(tr(f"{label:40s} {step.volume_in_params:g} Ψ per step: {parts}"))
+    print(f"{tr(label):40s} " + tr(f"{step.volume_in_params:g} Ψ per step: {parts}"))
 
 # %% [markdown]
 # ### Exercise 3: `Zero2Gradients(model, bucket_elements)`

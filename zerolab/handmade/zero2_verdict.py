@@ -50,9 +50,8 @@ def _shards(results, numels, shares):
         for index, start, end in shares[rank]:
             shard = result["shards"][index]
             if not isinstance(shard, list):
-                found = f" (found {shard})" if shard else ""
                 return (f"missing shard: after backward, parameter {index} has no grad_shard (a 1-D tensor) on rank "
-                        f"{rank}, which owns {end - start} of its elements{found}")
+                        f"{rank}, which owns {end - start} of its elements (found {shard or 'None'})")
             if len(shard) != end - start:
                 return (f"wrong shard size: rank {rank}'s grad_shard of parameter {index} has {len(shard)} elements; "
                         f"the rank owns {end - start} of that parameter")
