@@ -78,8 +78,8 @@ def _memory(results, numels, shares, bucket_elements):
         if result["memory_peak"] > budget:
             return (f"memory: during backward rank {rank} held up to {result['memory_peak']} bytes of gradients "
                     f"({result['memory_where']}); its share, one bucket of {bucket_elements} elements and the largest "
-                    f"parameter take {budget} bytes: gradients, or copies of them, stay alive after their bucket "
-                    "was sent")
+                    f"parameter take {budget} bytes: more than one bucket's worth of gradients, or of copies of "
+                    "them, was alive at once")
     return None
 
 
