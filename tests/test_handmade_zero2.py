@@ -193,3 +193,26 @@ def test_each_wrong_mixed_precision_gets_its_named_verdict(name):
         mixed.mixed_precision(2, cell=build())
     assert fragment in str(failure.value), str(failure.value)
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+def release_cell(grade_id):
+    """The exercise cell as the release gives it: each solution block replaced by nbgrader's stub."""
+    import re
+
+    text = (ROOT / "autograder" / "src" / "_08_draft_zero2.py").read_text()
+    start = text.index(f'"grade_id": "{grade_id}"')
+    body = text[text.index("\n", start) + 1:]
+    body = body[:body.index("\n# %%")]
+    return re.sub(r"( *)### BEGIN SOLUTION\n.*?### END SOLUTION", r"\1# YOUR CODE HERE\n\1raise NotImplementedError()",
+                  body, flags=re.S)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("grade_id", [ZERO2, MIXED])
+def test_the_untouched_release_fails_with_the_stub_named(grade_id):
+    from zerolab.handmade import mixed, zero2
+
+    check = zero2.zero2_hooks if grade_id == ZERO2 else mixed.mixed_precision
+    with pytest.raises(AssertionError, match=r"raised NotImplementedError at line \d+ of your cell"):
+        check(2, cell=release_cell(grade_id))
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"

@@ -71,6 +71,9 @@ for label, bucket_allreduce in (("reduced to the owners (the paper)", False),
 # - when `loss.backward()` returns, every shard is ready: nobody calls you after backward, so the last gradient's
 #   hook sends the last bucket (count the hooks), and the count starts again for the next backward.
 #
+# The skeleton splits the work in two methods: `gradient_arrived(index, p)`, which your hooks call, and
+# `send_bucket()`; add others if you like.
+#
 # How it is tested: each rank runs this cell (with `torch`, `dist`, `math` and a correct `partition`) and trains the
 # deeper model below with the course's own ZeRO-1 optimizer reading your shards, so this exercise does not depend
 # on exercise 2. The grader checks: the shards against the full batch's gradient; the parameters after a few steps
@@ -81,7 +84,7 @@ for label, bucket_allreduce in (("reduced to the owners (the paper)", False),
 # than the largest parameter and other hyper-parameters. Calling DeepSpeed, torch's FSDP or the course's
 # `zerolab.handmade` scores 0.
 
-# %% [markdown] lang="zh" en="51f37d524ce1"
+# %% [markdown] lang="zh" en="884cceefba80"
 # ### 练习 3：`Zero2Gradients(model, bucket_elements)`
 #
 # 编写一个类：构造函数在 `model` 的参数上挂好钩子，并把本 rank 的区间保存在 `self.owned` 中（即 `partition` 为本 rank 给出的那个列表）。此后在每次 `loss.backward()` 期间：
@@ -89,6 +92,8 @@ for label, bucket_allreduce in (("reduced to the owners (the paper)", False),
 # - 每个梯度一到达，就在一个最多 `bucket_elements` 个元素的桶里等待（比桶还大的梯度单独发送）；桶满时，把它规约**到拥有其中元素的那些 rank**（每个 rank 只收到自己拥有的部分），并求平均；
 # - 所有者保存 `p.grad_shard`：一个一维张量，恰好是它拥有的 `p` 中那些元素平均后的梯度（与练习 2 相同）；每个 `p.grad` 在它所在的桶发出后都设为 None；
 # - `loss.backward()` 返回时，每个分片都已就绪：反向传播之后没有人会再调用你，所以由最后一个梯度的钩子发出最后一个桶（数一数钩子被调用的次数），下一次反向传播时重新计数。
+#
+# 骨架把工作分成两个方法：由你的钩子调用的 `gradient_arrived(index, p)`，以及 `send_bucket()`；需要的话可以再加别的方法。
 #
 # 测试方式：每个 rank 都运行这个单元格（已提供 `torch`、`dist`、`math` 和一个正确的 `partition`），然后用课程自带的 ZeRO-1 优化器读取你的分片，训练下面这个更深的模型，所以本练习不依赖练习 2。评分程序检查：分片与完整 batch 的梯度是否一致；几步之后的参数与 `torch.optim.AdamW` 是否一致（容差 `verdict.ATOL`）；第一次反向传播期间梯度内存的**峰值**（在每个钩子处、每次集合通信之前，从该 rank 中存活的每个张量采样），不得超过本 rank 的分片加一个桶再加最大的那个参数；以及该 rank 在反向传播期间发送的数据量，在集合通信处统计，按 ZeRO 论文的口径（一次 all-reduce 计两次）。隐藏测试使用 3 个 rank、比最大参数还小的桶，以及其他超参数。调用 DeepSpeed、torch 的 FSDP 或课程自带的 `zerolab.handmade` 得 0 分。
 
@@ -111,26 +116,30 @@ class Zero2Gradients:
         self.waiting = []  # (param_index, its flat gradient: a piece of the bucket, or a gradient too big for it)
         self.used = self.arrived = 0
         for index, p in enumerate(self.params):
-            p.register_post_accumulate_grad_hook(lambda p, index=index: self._arrived(index, p))
+            p.register_post_accumulate_grad_hook(lambda p, index=index: self.gradient_arrived(index, p))
         ### END SOLUTION
 
-    ### BEGIN SOLUTION
-    def _arrived(self, index, p):
+    def gradient_arrived(self, index, p):
+        """The hook of parameter ``index`` (``p``): its gradient ``p.grad`` is complete."""
+        ### BEGIN SOLUTION
         grad, p.grad = p.grad.reshape(-1), None
         fits = grad.numel() <= self.bucket.numel()
         if not fits or self.used + grad.numel() > self.bucket.numel():
-            self._reduce()  # the bucket is full (or this gradient goes alone): send what waits
+            self.send_bucket()  # the bucket is full (or this gradient goes alone): send what waits
         if fits:
             grad = self.bucket[self.used:self.used + grad.numel()].copy_(grad)
             self.used += grad.numel()
         self.waiting.append((index, grad))
         self.arrived += 1
         if not fits or self.arrived == len(self.params):
-            self._reduce()
+            self.send_bucket()
         if self.arrived == len(self.params):  # the last gradient of this backward: ready for the next one
             self.arrived = 0
+        ### END SOLUTION
 
-    def _reduce(self):
+    def send_bucket(self):
+        """Reduce what waits in the bucket to the ranks that own it; each owner keeps its averaged grad_shard."""
+        ### BEGIN SOLUTION
         for index, grad in self.waiting:
             for owner, ranges in enumerate(self.shares):
                 for i, start, end in ranges:
@@ -140,7 +149,7 @@ class Zero2Gradients:
                 if i == index:
                     self.params[index].grad_shard = grad[start:end] / self.world_size
         self.waiting, self.used = [], 0
-    ### END SOLUTION
+        ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_zero2_gradients", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
