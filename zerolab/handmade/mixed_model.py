@@ -28,7 +28,8 @@ def reference(hyper, steps, world_size, max_grad_norm, mistake=None, seed=0):
 
     ``mistake`` simulates one the verdict names: "per shard" clips each rank's share of the averaged gradient by
     that share's own norm (the norms are then per step a list, one per rank); "bf16 master" rounds the master to
-    bf16 before each step, which is all a master rebuilt from the bf16 parameters holds.
+    bf16 before each step, which is all a master rebuilt from the bf16 parameters holds; "no clipping" steps with
+    the unclipped gradient.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the ranks run one thread: the same bf16 kernels, the same bits
@@ -58,6 +59,8 @@ def _reference(hyper, steps, world_size, max_grad_norm, mistake, seed):
             p.grad = total / world_size
         if mistake == "per shard":
             norms.append(_clip_per_shard(list(master.parameters()), shares, max_grad_norm))
+        elif mistake == "no clipping":
+            norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in master.parameters()])))
         else:
             norms.append(float(torch.nn.utils.clip_grad_norm_(master.parameters(), max_grad_norm)))
         if mistake == "bf16 master":
