@@ -50,7 +50,7 @@ WRONG = {
     "partition_imports_the_reference": (PARTITION, lambda: (
         "from zerolab.handmade.partition import flat_partition as split\n\n\n"
         "def partition(numels, world_size):\n    return split(numels, world_size)\n"),
-        "uses the course's reference flat_partition (zerolab.handmade); this exercise scores 0"),
+        "uses the course's reference answer (flat_partition); this exercise scores 0"),
     "partition_reaches_the_reference_through_verdict": (PARTITION, lambda: (
         "def partition(numels, world_size):\n    return getattr(verdict, 'flat_' + 'partition')(numels, world_size)\n"),
         "this exercise scores 0 until partition computes the shares itself"),

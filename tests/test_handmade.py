@@ -32,6 +32,13 @@ def test_partition_mistakes_are_named(answer, fragment):
     assert fragment in verdict.partition_problem(answer, [4, 4], 2)
 
 
+def test_owned_indices_that_start_again_in_each_group_are_named():
+    # two groups [4] and [6] on 2 ranks (shares of 2 and 4, pads 4 and 8): rank 0 numbers the second group's
+    # parameter 0 again, so it lists parameter 0's first elements twice
+    owned = [[(0, 0, 2), (0, 0, 4)], [(0, 2, 4), (1, 4, 6)]]
+    assert "param_index counts the parameters of all groups in order" in verdict._ownership_problem(owned, [4, 6])
+
+
 def test_padding_to_a_multiple_of_n_instead_of_2n_is_named():
     # 5 elements on 2 ranks: DeepSpeed pads to 8 (shares of 4 and 1); padding to 6 gives shares of 3 and 2
     assert "padded to a multiple of N" in verdict.partition_problem([[(0, 0, 3)], [(0, 3, 5)]], [5], 2)
@@ -148,8 +155,8 @@ def test_each_defensible_variant_passes(name):
 
 @pytest.mark.slow
 def test_ranks_that_wait_on_each_other_are_stopped_with_a_message():
-    deadlocked = solution_cell(ZERO1).replace("dist.all_gather(incoming, outgoing)",
-                                              "if self.rank == 0:\n            dist.all_gather(incoming, outgoing)")
+    deadlocked = _changed(solution_cell(ZERO1), "dist.all_gather(incoming, outgoing)",
+                          "if self.rank == 0:\n                dist.all_gather(incoming, outgoing)")
     with pytest.raises(harness.RanksFailed, match="waited for each other"):
         harness.run({"kind": "zero1", "source": deadlocked, "hyper": grade.DEFAULT_HYPER, "steps": 2,
                      "collective_timeout": 5}, 2, timeout=60)
@@ -158,19 +165,19 @@ def test_ranks_that_wait_on_each_other_are_stopped_with_a_message():
 
 @pytest.mark.slow
 def test_an_exception_in_the_learner_cell_names_its_line():
-    broken = solution_cell(ZERO1).replace("self.owned = self.shares[self.rank]",
-                                          "self.owned = self.shares[self.rank]\n        1 / 0")
+    anchor = "self.world_size, self.rank = dist.get_world_size(), dist.get_rank()"
+    broken = _changed(solution_cell(ZERO1), anchor, anchor + "\n        1 / 0")
     with pytest.raises(AssertionError, match=r"raised ZeroDivisionError at line \d+ of your cell \(1 / 0\): "):
         grade.zero1(2, cell=broken)
 
 
 @pytest.mark.slow
 def test_an_exception_without_a_message_says_so_and_each_rank_reports_its_start_and_end(capsys):
-    unanswered = solution_cell(ZERO1).replace("self.all_params = [p for group in self.param_groups for p in "
-                                              "group[\"params\"]]", "raise NotImplementedError()")
+    unanswered = _changed(solution_cell(ZERO1), "self.all_params = [p for group in self.param_groups for p in "
+                          "group[\"params\"]]", "raise NotImplementedError()")
     with pytest.raises(AssertionError) as failure:
         grade.zero1(2, cell=unanswered)
-    assert str(failure.value).endswith("raised NotImplementedError at line 7 of your cell (raise "
+    assert str(failure.value).endswith("raised NotImplementedError at line 6 of your cell (raise "
                                        "NotImplementedError()) (with no message)"), str(failure.value)
     printed = capsys.readouterr().out
     assert "rank 0 of 2: started" in printed and "rank 1 of 2: failed after" in printed, printed
@@ -196,3 +203,8 @@ def test_flat_partition_is_the_partition_deepspeed_builds(stage, ranks):
     if ranks == 3:
         assert small[-1] == [], "7 elements on 3 ranks: DeepSpeed's last rank owns none of them"
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+def _changed(text, old, new):
+    assert old in text, f"the solution changed: {old!r} is gone; update this test"
+    return text.replace(old, new)

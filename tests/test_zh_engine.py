@@ -114,12 +114,23 @@ def test_a_templates_values_are_translated_with_it():
     assert translate("stage is not right") == "stage 不对"  # a name that is code stays code
 
 
-def test_lesson08_feedback_built_from_parts_comes_out_whole():
-    harness = "rank 1 of 2 raised ZeroDivisionError at line 3 of your cell: division by zero"
-    assert translate(harness) == "rank 1（共 2 个）在你的单元格第 3 行抛出了 ZeroDivisionError：division by zero"
-    sharded = ("with 2 ranks, rank 0 holds 900 bytes of optimizer state, more than 1/2 of AdamW's 1000 bytes for the "
-               "whole model: Adam's moments are not sharded")
-    assert "超过整个模型的 1/2" in translate(sharded) and "1000" in translate(sharded)
+def test_lesson08_feedback_built_from_parts_comes_out_whole(monkeypatch, tmp_path):
+    from zerolab.handmade import harness
+
+    error = {"type": "ZeroDivisionError", "message": "division by zero", "line": 3, "in_learner_code": True}
+    (tmp_path / "rank1.error.json").write_text(json.dumps(error))
+    job = {"source": "x = 1\ny = 2\nz = 1 / 0\n", "collective_timeout": 20}
+    monkeypatch.setenv("ZEROLAB_LANG", "zh")
+    zerolab.i18n.language.cache_clear()
+    try:
+        message = harness._failure_message(str(tmp_path), 2, "", job)
+    finally:
+        zerolab.i18n.language.cache_clear()
+    assert message == "rank 1（共 2 个）抛出了 ZeroDivisionError，位于你的单元格第 3 行（z = 1 / 0）: division by zero"
+    sharded = ("with 2 ranks, rank 0 keeps 10900 bytes alive besides its parameters, gradients and communication "
+               "buffers, more than 1/2 of AdamW's 19720 bytes of state for the whole model: Adam's moments are not "
+               "sharded (every tensor alive in the rank is counted, wherever it is kept)")
+    assert "超过了 AdamW 为整个模型保存的状态的 1/2" in translate(sharded) and "19720" in translate(sharded)
 
 
 def test_the_doctors_findings_print_in_chinese_and_keep_their_english_message(monkeypatch):

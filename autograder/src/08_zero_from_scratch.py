@@ -420,7 +420,7 @@ else:
     for label, mine, theirs in rows:
         cells = "".join(f"{(r['handmade'][mine] if mine else '-'):>14}{(r['deepspeed'][theirs] if theirs else '-'):>11}"
                         for r in both)
-        print(f"{label:28s}{cells}")
+        print(f"{tr(label):28s}{cells}")
     gap = max(abs(a - b) for a, b in zip(both[0]["handmade"]["params"], both[0]["deepspeed"]["params"]))
     print(tr(f"largest parameter difference between yours and DeepSpeed's after the same steps: {gap:.1e}"))
 
@@ -543,7 +543,7 @@ for label, stage, bucket_allreduce in (("DDP (all-reduce)", 0, False),
                                        ("your ZeRO-1 and DeepSpeed's default (all-reduce, then all-gather)", 1, True),
                                        ("the paper's ZeRO-1 (reduce-scatter, then all-gather)", 1, False)):
     volume = comm.traffic(psi, stage, 2, precision="fp32", bucket_allreduce=bucket_allreduce).volume_in_params
-    print(tr(f"{label}: {volume:g} Ψ per step"))
+    print(tr(f"{tr(label)}: {volume:g} Ψ per step"))
 
 # %% [markdown]
 # ## Summary

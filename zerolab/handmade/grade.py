@@ -52,7 +52,7 @@ def learner_cell(name, cell=None):
 
 def _refuse_reference(partition, cell):
     module = getattr(partition, "__module__", None) or ""
-    used = "the course's reference partition (zerolab.handmade)" if module.startswith("zerolab") else None
+    used = "zerolab.handmade" if module.startswith("zerolab") else None
     if used is None:
         try:
             text = cell if cell is not None else source.cell_defining("partition")
@@ -60,9 +60,10 @@ def _refuse_reference(partition, cell):
             text = None  # called outside a notebook with a function: its module was checked above
         used = source.reference_use(text) if text else None
     if used:
-        raise AssertionError(f"your partition uses {used}; this exercise scores 0 until partition computes the "
-                             "shares itself: pad the total to a multiple of 2N, cut it into N equal shares and "
-                             "turn each share into (param_index, start, end) ranges, in your own code")
+        raise AssertionError(f"your partition uses the course's reference answer ({used}); this exercise scores 0 "
+                             "until partition computes the shares itself: pad the total to a multiple of 2N, cut "
+                             "it into N equal shares and turn each share into (param_index, start, end) ranges, in "
+                             "your own code")
 
 
 def _run(kind, name, cell, ranks, **job):

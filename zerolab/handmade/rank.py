@@ -324,7 +324,10 @@ def fork_ranks(job_path, ranks):
     from zerolab.run.worker import stop_when_orphaned
 
     import torch
+    import torch._dynamo  # noqa: F401 (torch.optim.Optimizer's constructor imports it: a second of CPU per rank)
     import torch.distributed  # noqa: F401 (each rank imports it before the learner's code runs, as before)
+
+    from zerolab.handmade import live, model, partition, source  # noqa: F401 (every rank needs them)
 
     torch.set_num_threads(1)
     with open(job_path) as handle:

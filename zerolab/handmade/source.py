@@ -64,7 +64,8 @@ def forbidden_use(source):
 
 
 def reference_use(source):
-    """Which of the course's reference answers the source reaches (import, attribute, name or string), or None.
+    """Which of the course's reference answers the source reaches (import, attribute, name or string): its name
+    ("flat_partition", "share_size", or "zerolab.handmade" for the rest), or None.
 
     An AST scan, so a renamed import (``import ... as p``), ``getattr(module, "flat_partition")`` and
     ``importlib.import_module("zerolab.handmade.partition")`` are all found."""
@@ -93,8 +94,7 @@ def reference_use(source):
             words = [node.id]
         parts = [part for word in words for part in word.split(".")]
         if any(name in parts for name in REFERENCE_NAMES):
-            what = next((name for name in ("flat_partition", "share_size") if name in parts), "implementation")
-            return f"the course's reference {what} (zerolab.handmade)"
+            return next((name for name in ("flat_partition", "share_size") if name in parts), "zerolab.handmade")
     return None
 
 

@@ -122,12 +122,16 @@ def _memory_problem(results):
     for rank, result in enumerate(results):
         memory = result["memory"]
         held = memory[OTHER]
-        if held > budget[OTHER]:
-            than = "as much as" if held >= unsharded else f"more than 1/{world_size} of"
+        if held > budget[OTHER] and held >= unsharded:
             return (f"with {world_size} ranks, rank {rank} keeps {held} bytes alive besides its parameters, "
-                    f"gradients and communication buffers, {than} AdamW's {unsharded} bytes of state for the "
+                    f"gradients and communication buffers, as much as AdamW's {unsharded} bytes of state for the "
                     "whole model: Adam's moments are not sharded (every tensor alive in the rank is counted, "
                     "wherever it is kept)")
+        if held > budget[OTHER]:
+            return (f"with {world_size} ranks, rank {rank} keeps {held} bytes alive besides its parameters, "
+                    f"gradients and communication buffers, more than 1/{world_size} of AdamW's {unsharded} bytes "
+                    "of state for the whole model: Adam's moments are not sharded (every tensor alive in the rank "
+                    "is counted, wherever it is kept)")
         if memory[COMMUNICATION] > budget[COMMUNICATION]:
             return (f"rank {rank} keeps {memory[COMMUNICATION]} bytes of buffers that went through collectives "
                     "alive after step(), more than two copies of the flat parameters and one share: keep at most "
@@ -218,6 +222,11 @@ def _ownership_problem(owned_per_rank, numels, groups=None):
                     "updated)")
     for index, per_element in enumerate(owners):
         for element, ranks in enumerate(per_element):
+            twice = next((rank for rank in ranks if ranks.count(rank) > 1), None)
+            if twice is not None:
+                return (f"rank {twice} lists element {element} of parameter {index} more than once in `owned`: "
+                        "param_index counts the parameters of all groups in order (it does not start again at 0 "
+                        "in each group)")
             if len(ranks) != 1:
                 who = f"ranks {ranks}" if ranks else "no rank"
                 return (f"the ranks disagree on who owns what: element {element} of parameter {index} is owned by "
