@@ -157,6 +157,10 @@ WRONG_MIXED = {
         "bf16 master weights: the fp32 master holds no more than the bf16 parameters"),
     "clipping_per_shard": (lambda: mutate(MIXED, "        dist.all_reduce(squares)", "        pass"),
                            "clipping per shard: in step 0 rank 0's norm is the norm of its own share"),
+    "gradients_summed_in_bf16": (lambda: mutate(
+        MIXED, "            grad = p.grad.float()\n            dist.all_reduce(grad)\n",
+        "            grad = p.grad.clone()\n            dist.all_reduce(grad)\n            grad = grad.float()\n"),
+        "bf16 reduction: the gradients are summed over the ranks in bf16"),
     "clipping_missing": (lambda: mutate(MIXED, "scale = min(1.0, self.max_grad_norm / (norm + 1e-6))", "scale = 1.0"),
                          "clipping missing: the master moves as if the gradient were never scaled down"),
     "gradients_summed": (lambda: mutate(MIXED, "grads.append(grad / self.world_size)", "grads.append(grad)"),

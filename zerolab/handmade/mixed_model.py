@@ -29,7 +29,8 @@ def reference(hyper, steps, world_size, max_grad_norm, mistake=None, seed=0):
     ``mistake`` simulates one the verdict names: "per shard" clips each rank's share of the averaged gradient by
     that share's own norm (the norms are then per step a list, one per rank); "bf16 master" rounds the master to
     bf16 before each step, which is all a master rebuilt from the bf16 parameters holds; "no clipping" steps with
-    the unclipped gradient.
+    the unclipped gradient; "bf16 sum" sums the ranks' gradients in bf16 (DeepSpeed's default communication
+    dtype) before the fp32 average.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the ranks run one thread: the same bf16 kernels, the same bits
@@ -48,15 +49,16 @@ def _reference(hyper, steps, world_size, max_grad_norm, mistake, seed):
     norms = []
     for step in range(steps):
         inputs, targets = fixed.batch(step, seed)
-        grads = [torch.zeros_like(p) for p in master.parameters()]
+        summed_in = COMPUTE if mistake == "bf16 sum" else torch.float32
+        grads = [torch.zeros_like(p, dtype=summed_in) for p in master.parameters()]
         for rank in range(world_size):
             compute.zero_grad()
             part = fixed.rows(rank, world_size)
             loss(compute, inputs[part], targets[part]).backward()
             for total, p in zip(grads, compute.parameters()):
-                total += p.grad.float()
+                total += p.grad.to(summed_in)
         for p, total in zip(master.parameters(), grads):
-            p.grad = total / world_size
+            p.grad = total.float() / world_size
         if mistake == "per shard":
             norms.append(_clip_per_shard(list(master.parameters()), shares, max_grad_norm))
         elif mistake == "no clipping":

@@ -86,7 +86,9 @@ def _master_values(results, hyper, steps, max_grad_norm):
             ("bf16 master", "bf16 master weights: the fp32 master holds no more than the bf16 parameters (is it "
                             "rebuilt from them?); updates smaller than bf16's precision are lost"),
             ("no clipping", "clipping missing: the master moves as if the gradient were never scaled down to "
-                            "max_grad_norm")):
+                            "max_grad_norm"),
+            ("bf16 sum", "bf16 reduction: the gradients are summed over the ranks in bf16 (DeepSpeed's default "
+                         "communication dtype), which rounds what this exercise averages in fp32")):
         simulated, _, _ = mixed_model.reference(hyper, steps, world_size, max_grad_norm, mistake)
         if verdict._max_gap(got, simulated) < gap / 10:
             return message

@@ -102,8 +102,8 @@ def _traffic(results, numels):
                 return (f"traffic: in step {step} rank {rank} moves {volume(rows) / psi:.2f} Ψ during backward (the "
                         f"ZeRO paper's count); ZeRO-2's gradient reduction stays under {TRAFFIC_LIMIT:g} Ψ")
             if volume(rows) == 0:
-                return (f"traffic: in step {step} rank {rank} makes no collective during backward: the gradients are "
-                        "not reduced from the hooks")
+                return (f"traffic: in step {step} rank {rank} calls no torch.distributed collective during backward: "
+                        "the gradients are not reduced from the hooks")
     return None
 
 
