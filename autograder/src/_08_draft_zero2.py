@@ -225,6 +225,8 @@ else:
 # averages the gradients in fp32, computes the global norm of the averaged gradient with **one** all-reduce of the
 # squared norms of the shares, scales the gradient as `clip_grad_norm_` would, updates the fp32 master with AdamW,
 # refreshes the bf16 parameters of every rank from the masters, and returns the norm before clipping (a float).
+# (DeepSpeed sends bf16 gradients by default, `communication_data_type`; here they are averaged in fp32, so that
+# the result can be compared with one process.)
 #
 # How it is tested: each rank trains the fixed model cast to bf16 for a few steps. The grader compares the first
 # step's norm with `torch.nn.utils.clip_grad_norm_` on the unsharded averaged gradient, the fp32 masters after the
@@ -233,10 +235,10 @@ else:
 # bf16. A bf16 master and clipping per shard fail with a message that names them. Hidden tests: 3 ranks, another
 # `max_grad_norm` and hyper-parameters.
 
-# %% [markdown] lang="zh" en="d8413a475e96"
+# %% [markdown] lang="zh" en="f2d515ba834c"
 # ### 练习 6：`MixedShardedAdamW`
 #
-# 还是你的 ZeRO-1，这次用混合精度。模型的参数是 bf16。像练习 2 那样保存 `self.owned`，另外保存 `self.master`：一个由 fp32 一维张量组成的列表，依次是 `self.owned` 中每个区间的主权重副本。`step()` 在 fp32 中平均梯度，用**一次**对各分片平方范数的 all-reduce 算出平均后梯度的全局范数，像 `clip_grad_norm_` 那样缩放梯度，用 AdamW 更新 fp32 主权重，用各 rank 的主权重刷新每个 rank 的 bf16 参数，并返回裁剪之前的范数（一个 float）。
+# 还是你的 ZeRO-1，这次用混合精度。模型的参数是 bf16。像练习 2 那样保存 `self.owned`，另外保存 `self.master`：一个由 fp32 一维张量组成的列表，依次是 `self.owned` 中每个区间的主权重副本。`step()` 在 fp32 中平均梯度，用**一次**对各分片平方范数的 all-reduce 算出平均后梯度的全局范数，像 `clip_grad_norm_` 那样缩放梯度，用 AdamW 更新 fp32 主权重，用各 rank 的主权重刷新每个 rank 的 bf16 参数，并返回裁剪之前的范数（一个 float）。（DeepSpeed 默认以 bf16 发送梯度，见 `communication_data_type`；这里在 fp32 中求平均，以便与单个进程的结果比较。）
 #
 # 测试方式：每个 rank 把转成 bf16 的固定模型训练几步。评分程序把第一步的范数与 `torch.nn.utils.clip_grad_norm_` 在未切分的平均梯度上的结果比较；把最后一步之后的 fp32 主权重与单个进程的结果比较，该进程在同一个 bf16 模型的 fp32 主权重副本上运行 `clip_grad_norm_` 和 `torch.optim.AdamW`（容差 `mixed_verdict.MASTER_ATOL`）；并检查每个 rank 的 bf16 参数是否等于主权重舍入到 bf16 的结果。bf16 主权重和按分片裁剪都会失败，并得到点明错误的消息。隐藏测试使用 3 个 rank、另一个 `max_grad_norm` 和其他超参数。
 
