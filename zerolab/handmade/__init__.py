@@ -10,4 +10,9 @@
 - batch: the batch a ds_config trains on, as DeepSpeed's own config resolution derives it;
 - deepspeed_partition: the partition a real DeepSpeed ZeRO-1/2 optimizer builds (tests compare it with partition);
 - sharded: the course's own ZeRO-1 optimizer, used where an exercise needs a working one from another exercise.
+- traffic: what a rank's code sends through torch.distributed, counted at the collectives;
+- zero2_model, zero2_memory, zero2_rank, zero2_verdict, zero2: the ZeRO-2 exercise (gradients reduced from hooks,
+  a bucket at a time), graded on numbers, the measured gradient peak and the counted traffic;
+- mixed_model, mixed_rank, mixed_verdict, mixed: the mixed-precision exercise (bf16 compute, fp32 master shards,
+  clipping by the global norm).
 """
