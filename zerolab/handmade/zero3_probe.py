@@ -5,9 +5,10 @@
   n, where n is the tensor of an all-reduce, broadcast or reduce, the full input of a reduce-scatter and the full
   output of an all-gather. A collective called from inside another (a deprecated name forwarding to the new one)
   counts once.
-- Matmuls: the torch functions a Linear layer's forward calls from Python (F.linear, matmul, mm, addmm), counted
-  by a torch function mode. Autograd's backward computes in C++ and is not seen, so a step that counts more than
-  one per layer ran some layer's forward again.
+- Matmuls: the torch functions a Linear layer's forward calls from Python (F.linear, matmul, mm, addmm and the
+  tensor's @), counted by wrapping them where Python looks them up (a torch function mode would miss the
+  forwards that activation checkpointing reruns inside backward). Autograd's backward computes in C++ and is
+  not seen, so a step that counts more than one per layer ran some layer's forward again.
 - Live bytes: the storages behind every torch tensor the garbage collector tracks in the process (parameters,
   gathered buffers, whatever the learner keeps), each storage once, minus the storages the grader names
   (gradients, optimizer state, batch, activations). Sampled at every collective and every matmul, and wherever
@@ -20,7 +21,6 @@ from collections import defaultdict
 
 import torch
 import torch.distributed as dist
-from torch.overrides import TorchFunctionMode
 
 # name: (op, position of the whole collective's tensor or list, its keyword)
 COLLECTIVES = {
@@ -46,8 +46,8 @@ COLLECTIVES = {
     "isend": ("send", 0, "tensor"),
     "irecv": ("recv", 0, "tensor"),
 }
-MATMULS = {torch.nn.functional.linear, torch.matmul, torch.mm, torch.addmm, torch.Tensor.matmul,
-           torch.Tensor.__matmul__, torch.Tensor.mm}
+MATMULS = [(torch.nn.functional, "linear"), (torch, "matmul"), (torch, "mm"), (torch, "addmm"),
+           (torch.Tensor, "matmul"), (torch.Tensor, "__matmul__"), (torch.Tensor, "mm")]
 
 
 def _elements(value):
@@ -125,7 +125,7 @@ class Probe:
         self._current = None
         self._depth = threading.local()
         self._originals = {}
-        self.mode = _MatmulMode(self)
+        self._patched = []
         self.live = LiveTensors()
 
     def install(self):
@@ -135,7 +135,20 @@ class Probe:
             if original is not None:
                 self._originals[name] = original
                 setattr(dist, name, self._wrap(original, *spec))
+        for owner, name in MATMULS:
+            original = getattr(owner, name)
+            self._patched.append((owner, name, original))
+            setattr(owner, name, self._counting(original))
         return self
+
+    def _counting(self, original):
+        def matmul(*args, **kwargs):
+            if self._current is not None:
+                self._current["matmuls"] += 1
+                self.sample("matmul")
+            return original(*args, **kwargs)
+
+        return matmul
 
     def original(self, name):
         """The unwrapped collective, for the grader's own communication."""
@@ -181,18 +194,8 @@ class Probe:
     def uninstall(self):
         for name, original in self._originals.items():
             setattr(dist, name, original)
-
-
-class _MatmulMode(TorchFunctionMode):
-    def __init__(self, probe):
-        super().__init__()
-        self.probe = probe
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in MATMULS and self.probe._current is not None:
-            self.probe._current["matmuls"] += 1
-            self.probe.sample("matmul")
-        return func(*args, **(kwargs or {}))
+        for owner, name, original in self._patched:
+            setattr(owner, name, original)
 
 
 class _Step:
@@ -205,11 +208,9 @@ class _Step:
         self.probe.sampling = self.sample_memory
         if self.sample_memory:
             self.probe.live.start()
-        self.probe.mode.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.probe.mode.__exit__(*exc)
         if self.sample_memory:
             self.probe.live.stop()
         current = self.probe._current
