@@ -14,6 +14,7 @@
   (gradients, optimizer state, batch, activations). Sampled at every collective and every matmul, and wherever
   the grader asks.
 """
+import functools
 import gc
 import threading
 import weakref
@@ -115,11 +116,12 @@ def live_storages():
 class Probe:
     """Counts collectives and matmuls per step and samples live bytes (see the module docstring).
 
-    ``excluded()`` returns the tensors whose storages a sample leaves out; it is called at each sample.
+    ``excluded()`` returns the tensors whose storages a sample leaves out; it is called at each sample. With
+    ``measure`` a sample is ``measure(tensors of the reduction being called, or ())`` instead of live bytes.
     """
 
-    def __init__(self, excluded=lambda: ()):
-        self.excluded = excluded
+    def __init__(self, excluded=lambda: (), measure=None):
+        self.excluded, self.measure = excluded, measure
         self.steps = []
         self.sampling = False
         self._current = None
@@ -128,20 +130,21 @@ class Probe:
         self._patched = []
         self.live = LiveTensors()
 
-    def install(self):
-        """Wrap torch.distributed's collectives; call before the learner's cell is run."""
+    def install(self, matmuls=True):
+        """Wrap torch.distributed's collectives (and the matmuls); call before the learner's cell is run."""
         for name, spec in COLLECTIVES.items():
             original = getattr(dist, name, None)
             if original is not None:
                 self._originals[name] = original
                 setattr(dist, name, self._wrap(original, *spec))
-        for owner, name in MATMULS:
+        for owner, name in MATMULS if matmuls else ():
             original = getattr(owner, name)
             self._patched.append((owner, name, original))
             setattr(owner, name, self._counting(original))
         return self
 
     def _counting(self, original):
+        @functools.wraps(original)
         def matmul(*args, **kwargs):
             if self._current is not None:
                 self._current["matmuls"] += 1
@@ -178,12 +181,15 @@ class Probe:
     def sample(self, where, also_excluded=()):
         if not (self.sampling and self._current is not None):
             return
-        live = self.live.storages()
         also = [also_excluded] if torch.is_tensor(also_excluded) else list(also_excluded)
-        for tensor in list(self.excluded()) + also:
-            if torch.is_tensor(tensor):
-                live.pop(storage_key(tensor)[0], None)
-        nbytes = sum(live.values())
+        if self.measure is not None:
+            nbytes = self.measure(also)
+        else:
+            live = self.live.storages()
+            for tensor in list(self.excluded()) + also:
+                if torch.is_tensor(tensor):
+                    live.pop(storage_key(tensor)[0], None)
+            nbytes = sum(live.values())
         if nbytes > self._current["peak_bytes"]:
             self._current["peak_bytes"], self._current["peak_at"] = nbytes, where
 
@@ -206,12 +212,12 @@ class _Step:
         self.probe._current = {"collectives": defaultdict(lambda: [0, 0, 0]), "matmuls": 0, "peak_bytes": 0,
                                "peak_at": None}
         self.probe.sampling = self.sample_memory
-        if self.sample_memory:
+        if self.sample_memory and self.probe.measure is None:
             self.probe.live.start()
         return self
 
     def __exit__(self, *exc):
-        if self.sample_memory:
+        if self.sample_memory and self.probe.measure is None:
             self.probe.live.stop()
         current = self.probe._current
         self.probe._current, self.probe.sampling = None, False
