@@ -11,7 +11,8 @@ row says which. Every rank measures, per system:
   (zerolab.run.measure.union_bytes; DeepSpeed's through zerolab.run.measure);
 - ``peak_grad_bytes``: the most gradient bytes alive at once during backward, sampled at every collective and
   every gradient hook: the parameters' ``.grad``, the system's gradient buffers and shards, and the tensors of
-  the reduction being called;
+  the reduction being called; ``peak_param_bytes`` the same for parameters, during forward and backward: the
+  module's parameters as they are at that moment (gathered or empty) and the system's shards;
 - ``collectives``: what one step (the last) moved, by op, counted at torch.distributed (zero3_probe's
   accounting, the same as zerolab.run.meter's for DeepSpeed);
 - ``shard_numels``: how many elements of each parameter this rank keeps between steps, where the system keeps
@@ -24,7 +25,7 @@ import torch
 from zerolab.handmade import zero3_model as deep
 
 SYSTEMS = ("ZeRO-1 (hand)", "ZeRO-2 (hand)", "ZeRO-3 (hand)", "DeepSpeed stage 1", "DeepSpeed stage 2",
-           "DeepSpeed stage 3", "FSDP2")
+           "DeepSpeed stage 3", "DeepSpeed stage 3, max live 0", "FSDP2")
 DEFAULT_HYPER = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
 BUCKET_ELEMENTS = 4096  # the hand-built ZeRO-2's bucket and DeepSpeed's reduce/allgather bucket sizes
 LEARNER_NAMES = {"ZeRO-1 (hand)": "ShardedAdamW", "ZeRO-2 (hand)": "Zero2Gradients", "ZeRO-3 (hand)": "Zero3"}
@@ -61,8 +62,13 @@ def run_rank(job, namespace=None):
     from zerolab.handmade.zero3_probe import Probe
 
     warnings.filterwarnings("ignore")
-    holder = {"grads": lambda: ()}
-    probe = Probe(measure=lambda reducing: _grad_bytes(holder["grads"]() + list(reducing))).install(matmuls=False)
+    holder = {"grads": lambda: (), "params": lambda: (), "peak_params": 0}
+
+    def measure(reducing):
+        holder["peak_params"] = max(holder["peak_params"], _grad_bytes(holder["params"]()))
+        return _grad_bytes(holder["grads"]() + list(reducing))
+
+    probe = Probe(measure=measure).install(matmuls=False)
     results = {}
     for system in job["systems"]:
         results[system] = _run(system, job, probe, holder)
@@ -78,7 +84,7 @@ def _run(system, job, probe, holder):
     net = deep.build()
     runner = _SYSTEM_RUNNERS[system.split(" (")[0] if "hand" in system else system]
     trainer = runner(net, hyper, job["cells"].get(system), world_size)
-    holder["grads"] = trainer.grad_tensors
+    holder["grads"], holder["params"], holder["peak_params"] = trainer.grad_tensors, trainer.param_tensors, 0
     for p in trainer.model_parameters():
         p.register_post_accumulate_grad_hook(lambda p: probe.sample("gradient hook"))
     first = len(probe.steps)
@@ -94,10 +100,10 @@ def _run(system, job, probe, holder):
         total = loss.detach().clone()
         probe.original("all_reduce")(total)
         losses.append(total.item() / world_size)
-    holder["grads"] = lambda: ()
+    holder["grads"] = holder["params"] = lambda: ()
     measured = probe.steps[first:]
     return {"who": trainer.who, "losses": losses, "grad_bytes": grad_bytes,
-            "peak_grad_bytes": max(s["peak_param_bytes"] or 0 for s in measured),
+            "peak_grad_bytes": max(s["peak_param_bytes"] or 0 for s in measured), "peak_param_bytes": holder["peak_params"],
             "collectives": measured[-1]["collectives"], **trainer.state_bytes(),
             "shard_numels": trainer.shard_numels(), "params": trainer.full_params()}
 
@@ -110,6 +116,11 @@ def _grad_bytes(tensors):
 
 def _local(tensor):
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _storage_tensor(tensor):
+    """A tensor over the whole storage of ``tensor``: FSDP2 pads a shard in its storage, past its own elements."""
+    return torch.empty(0, dtype=tensor.dtype).set_(tensor.untyped_storage())
 
 
 def _learner_class(cell, name):
@@ -257,10 +268,12 @@ class _Zero3(_Hand):
         return torch.cat(flat).tolist()
 
 
-def deepspeed_config(stage, hyper, world_size):
+def deepspeed_config(stage, hyper, world_size, **zero_options):
     """fp32, torch's AdamW, the model's rows per rank, and the hand-built ZeRO-2's bucket size; stage 3 keeps no
-    parameter whole (its persistence threshold, 1e5 elements by default, would keep every one of this model's)."""
-    zero = {"stage": stage, "reduce_bucket_size": BUCKET_ELEMENTS, "allgather_bucket_size": BUCKET_ELEMENTS}
+    parameter whole (its persistence threshold, 1e5 elements by default, would keep every one of this model's).
+    ``zero_options`` are more zero_optimization keys."""
+    zero = {"stage": stage, "reduce_bucket_size": BUCKET_ELEMENTS, "allgather_bucket_size": BUCKET_ELEMENTS,
+            **zero_options}
     if stage == 3:
         zero.update(stage3_param_persistence_threshold=0, stage3_prefetch_bucket_size=BUCKET_ELEMENTS)
     return {"train_micro_batch_size_per_gpu": deep.GLOBAL_BATCH // world_size, "gradient_accumulation_steps": 1,
@@ -273,13 +286,13 @@ def deepspeed_config(stage, hyper, world_size):
 class _DeepSpeed:
     who = "DeepSpeed 0.19.8"
 
-    def __init__(self, net, hyper, cell, world_size, stage):
+    def __init__(self, net, hyper, cell, world_size, stage, **zero):
         import deepspeed
         import deepspeed.ops
 
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # gloo instead of a compiled op
         self.engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(),
-                                                    config=deepspeed_config(stage, hyper, world_size))
+                                                    config=deepspeed_config(stage, hyper, world_size, **zero))
         self.stage, self.world_size = stage, world_size
         self.grads = {}
 
@@ -306,6 +319,11 @@ class _DeepSpeed:
         grads, fp32_grads = measure.gradient_tensors(self.engine)
         buffers = getattr(self.engine.optimizer, "ipg_buffer", None) or []
         return grads + fp32_grads + [b for b in buffers if torch.is_tensor(b)]
+
+    def param_tensors(self):
+        from zerolab.run import measure
+
+        return measure.parameter_tensors(self.engine)
 
     def state_bytes(self):
         from zerolab.run import measure
@@ -341,6 +359,7 @@ class _FSDP2:
             fully_shard(layer, mesh=mesh)
         fully_shard(net, mesh=mesh)
         self.net = net
+        self.sharded = list(net.parameters())  # the DTensors; in forward and backward the module shows unsharded ones
         self.optimizer = torch.optim.AdamW(net.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
                                            eps=hyper["eps"], weight_decay=hyper["weight_decay"])
 
@@ -354,7 +373,11 @@ class _FSDP2:
         return loss
 
     def grad_tensors(self):
-        return [p.grad for p in self.net.parameters()]
+        return [p.grad for p in self.net.parameters()] + [p.grad for p in self.sharded]
+
+    def param_tensors(self):
+        return [_storage_tensor(_local(p.data)) for p in self.sharded] + [
+            p.data for p in self.net.parameters() if not hasattr(p, "to_local")]
 
     def state_bytes(self):
         from zerolab.run.measure import union_bytes
@@ -362,8 +385,7 @@ class _FSDP2:
         params = [_local(p.data) for p in self.net.parameters()]
         state = [_local(v) for s in self.optimizer.state.values() for v in s.values() if torch.is_tensor(v)
                  and v.dim()]
-        storages = [torch.empty(0).set_(p.untyped_storage()) for p in params]  # FSDP2 pads in the storage
-        return {"param_bytes": union_bytes(storages), "optimizer_bytes": union_bytes(state), "master_bytes": 0}
+        return {"param_bytes": union_bytes([_storage_tensor(p) for p in params]), "optimizer_bytes": union_bytes(state), "master_bytes": 0}
 
     def shard_numels(self):
         """Elements of each parameter's local storage: FSDP2 pads dim 0 to a multiple of N rows, in the storage."""
@@ -379,6 +401,7 @@ _SYSTEM_RUNNERS = {
     "DeepSpeed stage 1": lambda *a: _DeepSpeed(*a, stage=1),
     "DeepSpeed stage 2": lambda *a: _DeepSpeed(*a, stage=2),
     "DeepSpeed stage 3": lambda *a: _DeepSpeed(*a, stage=3),
+    "DeepSpeed stage 3, max live 0": lambda *a: _DeepSpeed(*a, stage=3, stage3_max_live_parameters=0),
     "FSDP2": _FSDP2,
 }
 
@@ -386,3 +409,37 @@ _SYSTEM_RUNNERS = {
 def skipped_under_grading():
     """True while nbgrader grades (the side-by-side is a demonstration, never graded)."""
     return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+COLUMNS = (("loss", "loss after {steps} steps"), ("param_bytes", "parameters B"),
+           ("peak_param_bytes", "peak parameters B"), ("grad_bytes", "gradients B"),
+           ("peak_grad_bytes", "peak gradients B"), ("optimizer_bytes", "Adam moments B"),
+           ("master_bytes", "fp32 master B"), ("traffic", "moved per step"))
+
+
+def rows(results, rank=0):
+    """One row per system for ``rank``: what it is, the loss after the last step, bytes, traffic in Ψ by op."""
+    psi = sum(p.numel() for p in deep.build().parameters())
+    table = []
+    for system, measured in results[rank].items():
+        traffic = {op: entry["elements"] / psi for op, entry in measured["collectives"].items()}
+        table.append({"system": system, "who": measured["who"], "loss": measured["losses"][-1],
+                      **{key: measured[key] for key, _ in COLUMNS[1:-1]}, "traffic": traffic,
+                      "total_traffic": sum(traffic.values())})
+    return table
+
+
+def table_text(results, rank=0):
+    """The side-by-side as fixed-width text, in the learner's language."""
+    from zerolab.i18n import tr
+
+    steps = len(next(iter(results[rank].values()))["losses"])
+    header = [tr("system"), tr("whose")] + [tr(label.format(steps=steps)) if "{" not in label else
+                                            tr(label).format(steps=steps) for _, label in COLUMNS]
+    lines = [header]
+    for row in rows(results, rank):
+        moved = ", ".join(f"{op} {share:.3g}Ψ" for op, share in row["traffic"].items()) or "-"
+        lines.append([row["system"], row["who"], f"{row['loss']:.6f}"] +
+                     [str(row[key]) for key, _ in COLUMNS[1:-1]] + [moved])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
