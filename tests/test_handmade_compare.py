@@ -60,12 +60,13 @@ def test_each_design_makes_the_collectives_it_should(measured):
                for system, result in measured[rank].items()}
         assert ops["ZeRO-3 (hand)"] == {"all-gather": 2 * padded, "reduce-scatter": padded}
         # DeepSpeed's stage 3 with no parameter kept live gathers twice too; its reductions are the same
-        assert ops["DeepSpeed stage 3, max live 0"]["all-gather"] == 2 * padded
-        assert ops["DeepSpeed stage 3, max live 0"]["reduce-scatter"] == padded
+        assert ops["DeepSpeed stage 3, live 0 reuse 0"]["all-gather"] == 2 * padded
+        assert ops["DeepSpeed stage 3, live 0 reuse 0"]["reduce-scatter"] == padded
         # ZeRO-1 by hand and DeepSpeed's stages 1 and 2 all-reduce every gradient, then all-gather the parameters
+        # (DeepSpeed's flat buffer padded to a multiple of 2N: a few elements more)
         for system in ("ZeRO-1 (hand)", "DeepSpeed stage 1", "DeepSpeed stage 2"):
-            assert ops[system]["all-reduce"] == psi, system
-            assert psi <= ops[system]["all-gather"] < psi + 4 * RANKS, system
+            assert psi <= ops[system]["all-reduce"] < psi + 2 * RANKS, system
+            assert psi <= ops[system]["all-gather"] < psi + 2 * RANKS, system
 
 
 def test_zero3_holds_a_shard_of_everything(measured):
@@ -74,4 +75,4 @@ def test_zero3_holds_a_shard_of_everything(measured):
             result = measured[rank][system]
             assert result["param_bytes"] < 4 * sum(p.numel() for p in deep.build().parameters()) * 0.6, system
         assert (measured[rank]["ZeRO-3 (hand)"]["peak_param_bytes"]
-                == measured[rank]["DeepSpeed stage 3, max live 0"]["peak_param_bytes"])
+                == measured[rank]["DeepSpeed stage 3, live 0 reuse 0"]["peak_param_bytes"])

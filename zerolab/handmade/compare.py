@@ -25,7 +25,7 @@ import torch
 from zerolab.handmade import zero3_model as deep
 
 SYSTEMS = ("ZeRO-1 (hand)", "ZeRO-2 (hand)", "ZeRO-3 (hand)", "DeepSpeed stage 1", "DeepSpeed stage 2",
-           "DeepSpeed stage 3", "DeepSpeed stage 3, max live 0", "FSDP2")
+           "DeepSpeed stage 3", "DeepSpeed stage 3, live 0 reuse 0", "FSDP2")
 DEFAULT_HYPER = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
 BUCKET_ELEMENTS = 4096  # the hand-built ZeRO-2's bucket and DeepSpeed's reduce/allgather bucket sizes
 LEARNER_NAMES = {"ZeRO-1 (hand)": "ShardedAdamW", "ZeRO-2 (hand)": "Zero2Gradients", "ZeRO-3 (hand)": "Zero3"}
@@ -401,7 +401,8 @@ _SYSTEM_RUNNERS = {
     "DeepSpeed stage 1": lambda *a: _DeepSpeed(*a, stage=1),
     "DeepSpeed stage 2": lambda *a: _DeepSpeed(*a, stage=2),
     "DeepSpeed stage 3": lambda *a: _DeepSpeed(*a, stage=3),
-    "DeepSpeed stage 3, max live 0": lambda *a: _DeepSpeed(*a, stage=3, stage3_max_live_parameters=0),
+    "DeepSpeed stage 3, live 0 reuse 0": lambda *a: _DeepSpeed(*a, stage=3, stage3_max_live_parameters=0,
+                                                              stage3_max_reuse_distance=0),
     "FSDP2": _FSDP2,
 }
 
