@@ -17,6 +17,13 @@
 #
 # ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py` 中的 `_padding_size` 与 `partition_size = tensor_size // N`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及它挂在每个模块输出上的反向前函数），并在一层计算时预取下一批模块的参数。
 
+# %% nbgrader={"grade": false, "grade_id": "imports_zero3", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import os
+
+from zerolab import plots
+from zerolab.handmade import compare, zero3_grade, zero3_verdict
+from zerolab.i18n import tr
+
 # %% [markdown]
 # ### Exercise 5: `Zero3(model)`
 #
@@ -143,3 +150,126 @@ from zerolab.handmade import zero3_grade as _zero3_grade
 
 _zero3_grade.zero3(ranks=3, steps=4, hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1})
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# Your `Zero3` trains like AdamW. Below is what the grader measured inside rank 0 during the visible test: the
+# elements each collective moved in one step, in units of Ψ (the model's parameter count), and the most parameter
+# bytes alive at once, against the rank's shards and the whole model. The limit the test used is the shards plus
+# two layers gathered (the one computing and the one prefetched) plus a small slack for autograd's gradients of
+# the activations.
+
+# %% [markdown] lang="zh" en=""
+# 你的 `Zero3` 的训练结果与 AdamW 一致。下面是评分程序在可见测试中于 rank 0 内部测得的数据：一步中每种集合通信传输的元素数，以 Ψ（模型参数个数）为单位；以及同一时刻存活的参数字节数的最大值，并与该 rank 的分片和整个模型对比。测试所用的上限是：分片，加上两层 gather 得到的参数（正在计算的一层和预取的一层），再加上一点余量，留给 autograd 为激活值计算的梯度。
+
+# %%
+if "zero3_ranks" not in globals():
+    print(tr("answer exercise 5 first: this cell shows what its test measured"))
+else:
+    _sizes = zero3_verdict.layout(len(zero3_ranks))
+    _first = zero3_ranks[0]
+    for _op, _entry in _first["steps"][-1]["collectives"].items():
+        print(tr(f"{_op:16s} {_entry['calls']:3d} calls {_entry['elements']:7d} elements = {_entry['elements'] / _sizes['psi']:.3f} Ψ"))
+    _peak = max(s["peak_param_bytes"] for s in _first["steps"] if s["peak_param_bytes"] is not None)
+    print(tr(f"most parameter bytes alive at once: {_peak - _first['baseline_bytes']} (at a {_first['steps'][0]['peak_at']}); "
+             f"this rank's shards: {_sizes['shard_bytes']}; largest layer gathered: {_sizes['layer_bytes']}; "
+             f"whole model: {_sizes['all_bytes']}; limit used by the test: {zero3_verdict.memory_limit(len(zero3_ranks))}"))
+
+# %% [markdown]
+# Each parameter was gathered twice and its gradient reduce-scattered once: 3Ψ, a little more because every
+# parameter is padded on its own. **Prefetch.** Your `Zero3` starts the next layer's all-gather with
+# `async_op=True` before the current layer computes, and waits for it only in that layer's hook. The cell below
+# trains it twice on 2 ranks, with and without prefetch, and prints the most parameter bytes alive at once and
+# the time of an unsampled step. On these CPU ranks the gathers are tiny, so the time barely changes; the memory
+# cost of prefetching (one more layer gathered) is what you can see. On GPUs the all-gathers of big layers take
+# milliseconds, and hiding them behind compute is the point. It runs your cell (the course's when yours is not
+# answered yet) and is skipped while the notebook is graded.
+
+# %% [markdown] lang="zh" en=""
+# 每个参数被 gather 了两次，梯度被 reduce-scatter 了一次：3Ψ，略多一点，因为每个参数都单独做了填充。**预取。** 你的 `Zero3` 在当前层计算之前就用 `async_op=True` 启动下一层的 all-gather，直到那一层的钩子里才等待它完成。下面的单元格在 2 个 rank 上分别开启和关闭预取各训练一次，打印同一时刻存活的参数字节数的最大值，以及一个未采样步骤的耗时。在这些 CPU rank 上 gather 的数据量很小，所以耗时几乎不变；能看到的是预取的内存代价（多 gather 一层）。在 GPU 上，大层的 all-gather 需要数毫秒，把它们藏在计算后面才是预取的意义。它运行你的单元格（你还没作答时运行课程的答案），并在评分时跳过。
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("skipped while grading"))
+else:
+    _answered = "zero3_ranks" in globals()
+    for _prefetch in (False, True):
+        _runs = zero3_grade.run(2, steps=5, prefetch=_prefetch, reference=not _answered)
+        _peak = max(s["peak_param_bytes"] for s in _runs[0]["steps"] if s["peak_param_bytes"] is not None)
+        print(tr(f"prefetch {_prefetch!s:5s}: most parameter bytes alive at once {_peak - _runs[0]['baseline_bytes']}, "
+                 f"unsampled step {1000 * min(_runs[0]['seconds'][2:]):.1f} ms ({'yours' if _answered else 'the course'})"))
+
+# %% [markdown]
+# ## 6. Side by side: yours, DeepSpeed's and PyTorch's
+#
+# The same six-layer model, data, AdamW hyper-parameters and 2 ranks, trained by your ZeRO-1, ZeRO-2 and ZeRO-3
+# (the course's answer stands in for an exercise you have not answered: the column "whose" says which), by
+# DeepSpeed 0.19.8 at stages 1, 2 and 3 (fp32, torch's AdamW), and by PyTorch's FSDP2 (`fully_shard` on each
+# layer and the model). Everything is measured inside rank 0 by `zerolab.handmade.compare`: bytes from each
+# system's own tensors, each memory range once; the peaks sampled at every collective and every gradient hook;
+# the elements each collective moved in the last step, counted at `torch.distributed`. DeepSpeed's reduce and
+# all-gather buckets are set to the bucket size of your ZeRO-2, and its stage 3 keeps no parameter whole
+# (`stage3_param_persistence_threshold` 0: its default, printed below, exceeds every parameter of this model).
+# It starts DeepSpeed four times, so it takes a while; it is skipped while the notebook is graded.
+
+# %% [markdown] lang="zh" en=""
+# ## 6. 并排对比：你的、DeepSpeed 的和 PyTorch 的
+#
+# 同一个六层模型、同样的数据、同样的 AdamW 超参数、同样 2 个 rank，分别由你的 ZeRO-1、ZeRO-2 和 ZeRO-3 训练（你还没作答的练习由课程的答案代替："whose" 一列标明是谁的）、由 DeepSpeed 0.19.8 的 stage 1、2、3 训练（fp32，torch 的 AdamW），以及由 PyTorch 的 FSDP2 训练（对每一层和整个模型调用 `fully_shard`）。所有数据都由 `zerolab.handmade.compare` 在 rank 0 内部测得：字节数来自各系统自己的张量，每段内存只计一次；峰值在每次集合通信和每个梯度钩子处采样；每种集合通信在最后一步中传输的元素数，在 `torch.distributed` 处计数。DeepSpeed 的 reduce 与 all-gather 桶大小设为你的 ZeRO-2 的桶大小，它的 stage 3 不让任何参数保持完整（`stage3_param_persistence_threshold` 设为 0：它的默认值打印在下面，比这个模型的每个参数都大）。它要启动四次 DeepSpeed，所以需要一些时间；评分时跳过。
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("skipped while grading"))
+else:
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    _defaults = DeepSpeedZeroConfig()
+    print(tr(f"DeepSpeed's stage-3 defaults: stage3_param_persistence_threshold {_defaults.param_persistence_threshold:g}, "
+             f"stage3_max_live_parameters {_defaults.max_live_parameters:g}, "
+             f"stage3_max_reuse_distance {_defaults.max_reuse_distance:g}, "
+             f"stage3_prefetch_bucket_size {_defaults.prefetch_bucket_size:g} elements; largest parameter here: "
+             f"{max(p.numel() for p in compare.deep.build().parameters())}"))
+    side_by_side = compare.side_by_side(ranks=2)
+    print(compare.table_text(side_by_side))
+    plots.show(plots.side_by_side(compare.rows(side_by_side)))
+
+# %% [markdown]
+# Reading the table, from DeepSpeed 0.19.8's code:
+#
+# - **Same numbers.** Every row reaches the same loss: all of them are AdamW on the full batch, sharded.
+# - **Traffic.** "moved per step" counts the elements of each collective (an all-reduce of Ψ elements counts Ψ);
+#   "volume" is the ZeRO paper's accounting of lesson 03, where an all-reduce counts twice (a reduce-scatter plus
+#   an all-gather). Your ZeRO-1 all-reduces full gradients in `step()`; DeepSpeed's stages 1 and 2 both
+#   all-reduce gradient *buckets* (`average_tensor` in `stage_1_and_2.py`: `use_multi_rank_bucket_allreduce` is
+#   true by default). Then all three all-gather the updated parameters: 3Ψ of volume, 1.5 times DDP's all-reduce;
+#   the paper's 2Ψ for ZeRO-1/2 needs a reduce-scatter (or your ZeRO-2's reduce to each owner). ZeRO-3 gathers
+#   twice and reduce-scatters once: 3Ψ.
+# - **Gradients during backward.** Your ZeRO-1 keeps every full gradient until `step()`; stage 2 differs from
+#   stage 1 in what it keeps after each bucket is reduced: only the gradient partition it owns. Compare their
+#   peak and after-backward gradient columns.
+# - **Alignment.** DeepSpeed's stages 1 and 2 all-reduce a flat buffer padded to a multiple of 2N
+#   (`nccl_start_alignment_factor = 2`): a few elements more than Ψ. ZeRO-3 (yours and DeepSpeed's) pads each
+#   parameter to a multiple of N; FSDP2 pads dim 0 of each parameter to a multiple of N rows (`torch.chunk`),
+#   more padding for wide rows.
+# - **fp32 master copy.** DeepSpeed keeps an fp32 master partition even when training in fp32 (stage 3 reuses the
+#   partition itself); yours and FSDP2 step the parameters' own shards.
+# - **Stage 3 and reuse.** With its defaults DeepSpeed's stage 3 does not free a parameter that will be used
+#   again within `stage3_max_reuse_distance` elements, or that the prefetcher already fetched for a later use
+#   (`partitioned_param_coordinator.py`, `__params_to_release`), and gathers ahead as long as fewer than
+#   `stage3_max_live_parameters` elements are gathered. On a model this small that means every parameter stays
+#   gathered from forward to backward: one all-gather of Ψ per step, and the whole model at the peak. With both
+#   set to 0 it gathers twice, as yours does, and its peak matches yours.
+# - **Prefetch.** DeepSpeed prefetches along the order of modules it recorded in the first step, up to
+#   `stage3_prefetch_bucket_size` elements; yours prefetches one layer; FSDP2 prefetches the next layer in
+#   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
+#   (`set_modules_to_forward_prefetch`).
+
+# %% [markdown] lang="zh" en=""
+# 对照 DeepSpeed 0.19.8 的代码来读这张表：
+#
+# - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。
+# - **通信量。** "moved per step" 统计每种集合通信的元素数（对 Ψ 个元素做一次 all-reduce 计为 Ψ）；"volume" 是第 03 课中 ZeRO 论文的口径，其中 all-reduce 计两次（一次 reduce-scatter 加一次 all-gather）。你的 ZeRO-1 在 `step()` 中 all-reduce 完整梯度；DeepSpeed 的 stage 1 和 stage 2 都对梯度*桶*做 all-reduce（`stage_1_and_2.py` 中的 `average_tensor`：`use_multi_rank_bucket_allreduce` 默认为 true）。之后三者都 all-gather 更新后的参数：通信量为 3Ψ，是 DDP 的 all-reduce 的 1.5 倍；论文中 ZeRO-1/2 的 2Ψ 需要 reduce-scatter（或者像你的 ZeRO-2 那样 reduce 到各个所有者）。ZeRO-3 gather 两次、reduce-scatter 一次：3Ψ。
+# - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度；stage 2 与 stage 1 的区别在于每个桶规约之后保留什么：只保留自己拥有的那部分梯度。比较它们的梯度峰值列和反向之后的梯度列。
+# - **对齐。** DeepSpeed 的 stage 1 和 stage 2 all-reduce 的是一个填充到 2N 倍数的展平缓冲区（`nccl_start_alignment_factor = 2`）：比 Ψ 多几个元素。ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。
+# - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 也保留一份 fp32 主权重分片（stage 3 直接复用分片本身）；你的实现和 FSDP2 直接更新参数自己的分片。
+# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着每个参数从前向到反向一直保持 gather 状态：每步只 all-gather 一次 Ψ，峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，峰值也与你的一致。
+# - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。

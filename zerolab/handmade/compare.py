@@ -415,7 +415,7 @@ def skipped_under_grading():
 COLUMNS = (("loss", "loss after {steps} steps"), ("param_bytes", "parameters B"),
            ("peak_param_bytes", "peak parameters B"), ("grad_bytes", "gradients B"),
            ("peak_grad_bytes", "peak gradients B"), ("optimizer_bytes", "Adam moments B"),
-           ("master_bytes", "fp32 master B"), ("traffic", "moved per step"))
+           ("master_bytes", "fp32 master B"), ("volume", "volume per step"), ("traffic", "moved per step"))
 
 
 def rows(results, rank=0):
@@ -425,9 +425,19 @@ def rows(results, rank=0):
     for system, measured in results[rank].items():
         traffic = {op: entry["elements"] / psi for op, entry in measured["collectives"].items()}
         table.append({"system": system, "who": measured["who"], "loss": measured["losses"][-1],
-                      **{key: measured[key] for key, _ in COLUMNS[1:-1]}, "traffic": traffic,
-                      "total_traffic": sum(traffic.values())})
+                      **{key: measured[key] for key, _ in COLUMNS[1:-2]}, "traffic": traffic,
+                      "volume": _volume(measured["collectives"], len(results)) / psi,
+                      "volume_by_op": {op: _volume({op: entry}, len(results)) / psi
+                                       for op, entry in measured["collectives"].items()}})
     return table
+
+
+def _volume(collectives, world_size):
+    """The ZeRO paper's volume of one step's collectives, in elements (zerolab.comm: an all-reduce counts twice)."""
+    from zerolab.comm import Collective
+
+    return sum(Collective(op, "measured", "step", entry["elements"], 1, entry["calls"], 4, world_size).volume
+               for op, entry in collectives.items())
 
 
 def table_text(results, rank=0):
@@ -440,7 +450,7 @@ def table_text(results, rank=0):
     lines = [header]
     for row in rows(results, rank):
         moved = ", ".join(f"{op} {share:.3g}Ψ" for op, share in row["traffic"].items()) or "-"
-        lines.append([row["system"], row["who"], f"{row['loss']:.6f}"] +
-                     [str(row[key]) for key, _ in COLUMNS[1:-1]] + [moved])
+        lines.append([row["system"], tr(row["who"]), f"{row['loss']:.6f}"] +
+                     [str(row[key]) for key, _ in COLUMNS[1:-2]] + [f"{row['volume']:.3g}Ψ", moved])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
