@@ -17,6 +17,7 @@
 import functools
 import gc
 import threading
+import time
 import weakref
 from collections import defaultdict
 
@@ -47,6 +48,7 @@ COLLECTIVES = {
     "isend": ("send", 0, "tensor"),
     "irecv": ("recv", 0, "tensor"),
 }
+SETTLE_SECONDS = 0.003
 MATMULS = [(torch.nn.functional, "linear"), (torch, "matmul"), (torch, "mm"), (torch, "addmm"),
            (torch.Tensor, "matmul"), (torch.Tensor, "__matmul__"), (torch.Tensor, "mm")]
 
@@ -90,8 +92,8 @@ class LiveTensors:
         if self.running:
             gc.enable()
 
-    def storages(self):
-        """{storage address: bytes} of every live tensor."""
+    def storages(self, shapes=None):
+        """{storage address: bytes} of every live tensor (and, into ``shapes``, a shape seen for each)."""
         found = {}
         young = [thing for thing in gc.get_objects(generation=0) if issubclass(type(thing), torch.Tensor)]
         for tensor in [ref() for ref in self.known] + young:
@@ -99,6 +101,8 @@ class LiveTensors:
                 pointer, nbytes = storage_key(tensor)
                 if pointer and nbytes:
                     found[pointer] = nbytes
+                    if shapes is not None:
+                        shapes[pointer] = tuple(tensor.shape)
         return found
 
 
@@ -185,13 +189,20 @@ class Probe:
         if self.measure is not None:
             nbytes = self.measure(also)
         else:
-            live = self.live.storages()
+            # gloo's worker thread lets go of a finished collective's tensors a moment after wait() returns, and
+            # needs the GIL for it: give it that moment, or a buffer already let go of would count
+            time.sleep(SETTLE_SECONDS)
+            shapes = {}
+            live = self.live.storages(shapes)
             for tensor in list(self.excluded()) + also:
                 if torch.is_tensor(tensor):
                     live.pop(storage_key(tensor)[0], None)
             nbytes = sum(live.values())
         if nbytes > self._current["peak_bytes"]:
             self._current["peak_bytes"], self._current["peak_at"] = nbytes, where
+            if self.measure is None:  # what was alive then: the largest storages, for the report and for debugging
+                self._current["peak_storages"] = sorted(([n, list(shapes.get(p, ()))] for p, n in live.items()),
+                                                        reverse=True)[:16]
 
     def step(self, sample_memory=False):
         """A context manager around one training step."""
@@ -226,6 +237,6 @@ class _Step:
                             sorted(current["collectives"].items())},
             "matmuls": current["matmuls"],
             "peak_param_bytes": current["peak_bytes"] if self.sample_memory else None,
-            "peak_at": current["peak_at"]})
+            "peak_at": current["peak_at"], "peak_storages": current.get("peak_storages")})
         return False
 

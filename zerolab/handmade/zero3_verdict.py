@@ -3,8 +3,8 @@
 Four things are graded, each from what the grader measured, never from what the learner's code reports:
 - numbers: the whole parameters after K steps equal one-process torch.optim.AdamW on the full batch;
 - memory: the parameter bytes alive in a rank at any sampled moment stay within its shards of every parameter
-  plus two layers gathered (the one computing and the one prefetched), plus a little for autograd's gradients
-  of the activations; gradients, optimizer state, batch and activations are left out (zero3_probe);
+  plus two layers gathered (the one computing and the one prefetched), plus the gradients of every activation
+  (autograd's, alive in backward for as long as the garbage collector, paused while sampling, leaves them); gradients, optimizer state, batch and activations are left out (zero3_probe);
 - traffic: no all-reduce of gradients, and at most two all-gathers of the parameters and one reduce-scatter of
   the gradients per step (3Ψ, padded per parameter as DeepSpeed's partition_parameters.py pads);
 - no recomputation: one Linear forward per layer per step.
@@ -27,7 +27,7 @@ def layout(world_size):
     rows = deep.GLOBAL_BATCH // world_size
     return {"psi": sum(numels), "psi_padded": sum(padded), "shard_bytes": 4 * sum(padded) // world_size,
             "layer_bytes": 4 * max(layer_elements), "layers": len(layer_elements), "all_bytes": 4 * sum(numels),
-            "slack_bytes": 4 * 2 * rows * max(deep.WIDTHS) + 1024}
+            "slack_bytes": 4 * rows * sum(deep.WIDTHS) + 1024}  # every activation's gradient alive at once
 
 
 def memory_limit(world_size):
