@@ -12,7 +12,7 @@
 # and the pre-backward function it attaches to each module's outputs), and it prefetches the next modules'
 # parameters while one computes.
 
-# %% [markdown] lang="zh" en=""
+# %% [markdown] lang="zh" en="07f05596a4f6"
 # ## 5. ZeRO-3：把参数也切分
 #
 # ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py` 中的 `_padding_size` 与 `partition_size = tensor_size // N`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及它挂在每个模块输出上的反向前函数），并在一层计算时预取下一批模块的参数。
@@ -54,7 +54,7 @@ from zerolab.i18n import tr
 # step, no all-reduce); and how many Linear forwards run per step (one per layer: nothing recomputed).
 # `deepspeed`, `torch.distributed.fsdp` and `zerolab.handmade` are off limits in this cell.
 
-# %% [markdown] lang="zh" en=""
+# %% [markdown] lang="zh" en="3d55b5627493"
 # ### 练习 5：`Zero3(model)`
 #
 # 写一个类，包装模型并安装钩子；测试会用 `torch.optim.AdamW` 在各分片上训练它：
@@ -158,7 +158,7 @@ _zero3_grade.zero3(ranks=3, steps=4, hyper={"lr": 2e-2, "betas": [0.8, 0.99], "e
 # two layers gathered (the one computing and the one prefetched) plus a small slack for autograd's gradients of
 # the activations.
 
-# %% [markdown] lang="zh" en=""
+# %% [markdown] lang="zh" en="3c2058490a80"
 # 你的 `Zero3` 的训练结果与 AdamW 一致。下面是评分程序在可见测试中于 rank 0 内部测得的数据：一步中每种集合通信传输的元素数，以 Ψ（模型参数个数）为单位；以及同一时刻存活的参数字节数的最大值，并与该 rank 的分片和整个模型对比。测试所用的上限是：分片，加上两层 gather 得到的参数（正在计算的一层和预取的一层），再加上一点余量，留给 autograd 为激活值计算的梯度。
 
 # %%
@@ -184,7 +184,7 @@ else:
 # milliseconds, and hiding them behind compute is the point. It runs your cell (the course's when yours is not
 # answered yet) and is skipped while the notebook is graded.
 
-# %% [markdown] lang="zh" en=""
+# %% [markdown] lang="zh" en="76bdd12b3d3c"
 # 每个参数被 gather 了两次，梯度被 reduce-scatter 了一次：3Ψ，略多一点，因为每个参数都单独做了填充。**预取。** 你的 `Zero3` 在当前层计算之前就用 `async_op=True` 启动下一层的 all-gather，直到那一层的钩子里才等待它完成。下面的单元格在 2 个 rank 上分别开启和关闭预取各训练一次，打印同一时刻存活的参数字节数的最大值，以及一个未采样步骤的耗时。在这些 CPU rank 上 gather 的数据量很小，所以耗时几乎不变；能看到的是预取的内存代价（多 gather 一层）。在 GPU 上，大层的 all-gather 需要数毫秒，把它们藏在计算后面才是预取的意义。它运行你的单元格（你还没作答时运行课程的答案），并在评分时跳过。
 
 # %%
@@ -196,7 +196,7 @@ else:
         _runs = zero3_grade.run(2, steps=5, prefetch=_prefetch, reference=not _answered)
         _peak = max(s["peak_param_bytes"] for s in _runs[0]["steps"] if s["peak_param_bytes"] is not None)
         print(tr(f"prefetch {_prefetch!s:5s}: most parameter bytes alive at once {_peak - _runs[0]['baseline_bytes']}, "
-                 f"unsampled step {1000 * min(_runs[0]['seconds'][2:]):.1f} ms ({'yours' if _answered else 'the course'})"))
+                 f"unsampled step {1000 * min(_runs[0]['seconds'][2:]):.1f} ms ({tr('yours') if _answered else tr('the course')})"))
 
 # %% [markdown]
 # ## 6. Side by side: yours, DeepSpeed's and PyTorch's
@@ -211,7 +211,7 @@ else:
 # (`stage3_param_persistence_threshold` 0: its default, printed below, exceeds every parameter of this model).
 # It starts DeepSpeed four times, so it takes a while; it is skipped while the notebook is graded.
 
-# %% [markdown] lang="zh" en=""
+# %% [markdown] lang="zh" en="32463d31c833"
 # ## 6. 并排对比：你的、DeepSpeed 的和 PyTorch 的
 #
 # 同一个六层模型、同样的数据、同样的 AdamW 超参数、同样 2 个 rank，分别由你的 ZeRO-1、ZeRO-2 和 ZeRO-3 训练（你还没作答的练习由课程的答案代替："whose" 一列标明是谁的）、由 DeepSpeed 0.19.8 的 stage 1、2、3 训练（fp32，torch 的 AdamW），以及由 PyTorch 的 FSDP2 训练（对每一层和整个模型调用 `fully_shard`）。所有数据都由 `zerolab.handmade.compare` 在 rank 0 内部测得：字节数来自各系统自己的张量，每段内存只计一次；峰值在每次集合通信和每个梯度钩子处采样；每种集合通信在最后一步中传输的元素数，在 `torch.distributed` 处计数。DeepSpeed 的 reduce 与 all-gather 桶大小设为你的 ZeRO-2 的桶大小，它的 stage 3 不让任何参数保持完整（`stage3_param_persistence_threshold` 设为 0：它的默认值打印在下面，比这个模型的每个参数都大）。它要启动四次 DeepSpeed，所以需要一些时间；评分时跳过。
@@ -263,7 +263,7 @@ else:
 #   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
 #   (`set_modules_to_forward_prefetch`).
 
-# %% [markdown] lang="zh" en=""
+# %% [markdown] lang="zh" en="8525f0b1f1d1"
 # 对照 DeepSpeed 0.19.8 的代码来读这张表：
 #
 # - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。

@@ -412,7 +412,7 @@ def skipped_under_grading():
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-COLUMNS = (("loss", "loss after {steps} steps"), ("param_bytes", "parameters B"),
+COLUMNS = (("loss", "loss after K steps"), ("param_bytes", "parameters B"),
            ("peak_param_bytes", "peak parameters B"), ("grad_bytes", "gradients B"),
            ("peak_grad_bytes", "peak gradients B"), ("optimizer_bytes", "Adam moments B"),
            ("master_bytes", "fp32 master B"), ("volume", "volume per step"), ("traffic", "moved per step"))
@@ -445,8 +445,7 @@ def table_text(results, rank=0):
     from zerolab.i18n import tr
 
     steps = len(next(iter(results[rank].values()))["losses"])
-    header = [tr("system"), tr("whose")] + [tr(label.format(steps=steps)) if "{" not in label else
-                                            tr(label).format(steps=steps) for _, label in COLUMNS]
+    header = [tr("system"), tr("whose"), tr(f"loss after {steps} steps")] + [tr(label) for _, label in COLUMNS[1:]]
     lines = [header]
     for row in rows(results, rank):
         moved = ", ".join(f"{op} {share:.3g}Ψ" for op, share in row["traffic"].items()) or "-"

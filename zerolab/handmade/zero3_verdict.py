@@ -57,13 +57,18 @@ def zero3_problem(results, hyper, steps):
                         "its shard")
     limit = memory_limit(world_size)
     for rank, result in enumerate(results):
-        for when, step in [("while building", result["construction"])] + [
-                (f"in step {i}", s) for i, s in enumerate(result["steps"])]:
+        for step_index, step in [(None, result["construction"])] + list(enumerate(result["steps"])):
             peak = step["peak_param_bytes"]
-            if peak is not None and peak - result["baseline_bytes"] > limit:
-                return (f"memory: {when} rank {rank} held {peak - result['baseline_bytes']} bytes of parameters "
-                        f"(at a {step['peak_at']}); its shards are {sizes['shard_bytes']} bytes and the whole "
-                        f"model {sizes['all_bytes']}: gathered parameters are not freed after use")
+            if peak is None or peak - result["baseline_bytes"] <= limit:
+                continue
+            held = peak - result["baseline_bytes"]
+            if step_index is None:
+                return (f"memory: once Zero3 was built, rank {rank} held {held} bytes of parameters; its shards are "
+                        f"{sizes['shard_bytes']} bytes and the whole model {sizes['all_bytes']}: the whole "
+                        "parameters are not freed after sharding")
+            return (f"memory: in step {step_index} rank {rank} held {held} bytes of parameters at once; its shards "
+                    f"are {sizes['shard_bytes']} bytes and the whole model {sizes['all_bytes']}: gathered parameters "
+                    "are not freed after use")
     for rank, result in enumerate(results):
         if result["full_grads_kept"]:
             return (f"memory: after backward, parameter {result['full_grads_kept'][0]} of the model still holds its "
@@ -103,6 +108,8 @@ def _shard_message(problem, world_size):
         return (f"wrong owners: rank {problem['rank']}'s shard of parameter {problem['index']} is not that rank's "
                 "slice of the padded parameter: every rank must use the same layout, rank r keeping the r-th "
                 "equal piece")
+    if kind == "missing":
+        return f"missing class: your cell defines no {problem['name']}"
     if kind == "no_grad":
         return (f"missing gradient: after backward, rank {problem['rank']}'s shard {problem['index']} has no .grad "
                 "of its own shape: each rank's averaged gradient shard belongs in its shard's .grad")
