@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from handmade_cases import WRONG, ZERO1
+from handmade_cases import PARTITION, WRONG, ZERO1
 from leftovers import grading_processes_left, orphaned
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,6 +26,13 @@ POINTS = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
 CELL_TIMEOUT = float(re.search(r"c\.ZeroLab\.cell_timeout = (\d+)",
                                (REPO / "autograder" / "nbgrader_config.py").read_text()).group(1))
 pytestmark = pytest.mark.slow
+CONFIG = "ex4_stage1_config"
+# train_batch_size and accumulation given, the micro-batch derived by DeepSpeed: trains exactly like the solution's
+DERIVED_MICRO_BATCH = '''def stage1_config(hyper, global_batch, world_size):
+    return {"train_batch_size": global_batch, "gradient_accumulation_steps": 2,
+            "optimizer": {"type": "AdamW", "params": dict(hyper, torch_adam=True)},
+            "zero_optimization": {"stage": 1}}
+'''
 
 
 def zerolab_grade(course, *args):
@@ -46,10 +53,15 @@ def graded(tmp_path_factory):
     wraps = nbformat.read(str(SOURCE), as_version=4)
     cell = next(c for c in wraps.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ZERO1)
     cell.source = WRONG["zero1_calls_zero_redundancy_optimizer"][1]()
+    mixed = nbformat.read(str(SOURCE), as_version=4)  # two wrong answers that must lose their points, one right one
+    for grade_id, text in ((PARTITION, WRONG["partition_imports_the_reference"][1]()),
+                           (ZERO1, WRONG["zero1_moments_kept_on_the_parameters"][1]()),
+                           (CONFIG, DERIVED_MICRO_BATCH)):
+        next(c for c in mixed.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id).source = text
     chinese = {"zh_solved": nbformat.read(str(REPO / "solutions" / "zh" / f"{LESSON}.ipynb"), as_version=4),
                "zh_untouched": nbformat.read(str(REPO / "lessons" / "zh" / f"{LESSON}.ipynb"), as_version=4)}
     for student, nb in (("solved", solved), ("untouched", release), ("wraps_zero_redundancy", wraps),
-                        *chinese.items()):
+                        ("mixed", mixed), *chinese.items()):
         folder = course / "submitted" / student / LESSON
         folder.mkdir(parents=True)
         nbformat.write(nb, str(folder / f"{LESSON}.ipynb"))
@@ -89,6 +101,16 @@ def test_wrapping_zero_redundancy_optimizer_scores_zero_on_that_exercise_with_a_
     assert got == {gid: (0.0 if gid == "test_" + ZERO1 else float(p)) for gid, p in POINTS.items()}
     outputs = json.dumps([c.get("outputs", []) for c in _autograded(course, "wraps_zero_redundancy")["cells"]])
     assert "uses torch&#x27;s ZeroRedundancyOptimizer" in outputs or "uses torch's ZeroRedundancyOptimizer" in outputs
+
+
+def test_reference_imports_and_hidden_moments_lose_their_points_and_a_derived_micro_batch_keeps_them(graded):
+    course, _, _ = graded
+    got = scores(course, "mixed")
+    assert got == {gid: (0.0 if gid in ("test_" + PARTITION, "test_" + ZERO1) else float(p))
+                   for gid, p in POINTS.items()}, got
+    outputs = json.dumps([c.get("outputs", []) for c in _autograded(course, "mixed")["cells"]])
+    for _, _, fragment in (WRONG["partition_imports_the_reference"], WRONG["zero1_moments_kept_on_the_parameters"]):
+        assert fragment.replace("'", "&#x27;") in outputs or fragment in outputs, fragment
 
 
 def test_every_test_cell_finishes_within_the_cell_timeout(graded):

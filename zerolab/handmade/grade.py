@@ -8,8 +8,12 @@ from zerolab.handmade import harness, source, verdict
 DEFAULT_HYPER = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
 
 
-def check_partition(partition, cases):
-    """Run the learner's partition on (numels, world_size) cases and check the properties of each answer."""
+def check_partition(partition, cases, cell=None):
+    """Run the learner's partition on (numels, world_size) cases and check the properties of each answer.
+
+    Its cell (``cell``, else the kernel's last cell defining ``partition``) may not use the course's reference
+    partition: that scores 0 with a message saying what to write instead."""
+    _refuse_reference(partition, cell)
     for numels, world_size in cases:
         first = partition(list(numels), world_size)
         problem = verdict.partition_problem(first, list(numels), world_size)
@@ -19,11 +23,12 @@ def check_partition(partition, cases):
             raise AssertionError(problem)
 
 
-def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None):
-    """Train the learner's ShardedAdamW on ``ranks`` gloo ranks; raise what it got wrong."""
+def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None, groups=None):
+    """Train the learner's ShardedAdamW on ``ranks`` gloo ranks; raise what it got wrong. ``groups``: a layout of
+    zerolab.handmade.model.param_groups (model.NO_DECAY_ON_BIASES: weights decayed, biases not)."""
     hyper = dict(hyper or DEFAULT_HYPER)
-    results = _run("zero1", name, cell, ranks, hyper=hyper, steps=steps)
-    _raise(verdict.zero1_problem(results, hyper, steps))
+    results = _run("zero1", name, cell, ranks, hyper=hyper, steps=steps, groups=groups)
+    _raise(verdict.zero1_problem(results, hyper, steps, groups))
     return results
 
 
@@ -43,6 +48,22 @@ def learner_cell(name, cell=None):
         raise AssertionError(f"your {name} uses {used}, which does the sharding for you; this exercise scores 0 "
                              "until it is written with torch.distributed alone")
     return text
+
+
+def _refuse_reference(partition, cell):
+    module = getattr(partition, "__module__", None) or ""
+    used = "zerolab.handmade" if module.startswith("zerolab") else None
+    if used is None:
+        try:
+            text = cell if cell is not None else source.cell_defining("partition")
+        except source.SourceMissing:
+            text = None  # called outside a notebook with a function: its module was checked above
+        used = source.reference_use(text) if text else None
+    if used:
+        raise AssertionError(f"your partition uses the course's reference answer ({used}); this exercise scores 0 "
+                             "until partition computes the shares itself: pad the total to a multiple of 2N, cut "
+                             "it into N equal shares and turn each share into (param_index, start, end) ranges, in "
+                             "your own code")
 
 
 def _run(kind, name, cell, ranks, **job):
@@ -72,7 +93,7 @@ def deepspeed_stage1(stage1_config, ranks, hyper=None, steps=4):
 
     hyper = dict(hyper or DEFAULT_HYPER)
     config = plain(stage1_config(dict(hyper), fixed.GLOBAL_BATCH, ranks), "stage1_config(...)")
-    _raise(verdict.stage1_config_problem(config))
+    _raise(verdict.stage1_config_problem(config) or verdict.batch_problem(config, fixed.GLOBAL_BATCH, ranks))
     try:
         results = harness.run({"kind": "deepspeed", "config": config, "steps": steps}, ranks, timeout=120)
     except harness.RanksFailed as failure:

@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
+from zerolab.i18n import tr
 from zerolab.run.launch import free_port, stop
 from zerolab.tools import env_with_interpreter_bin
 
@@ -20,15 +22,16 @@ class RanksFailed(AssertionError):
     """The ranks did not all finish; the message says what the learner's code did."""
 
 
-def run(job, ranks, timeout=90):
-    """Run ``job`` (kind, source, hyper, steps, ...) on ``ranks`` processes; each rank's result, in rank order."""
+def run(job, ranks, timeout=90, progress=True):
+    """Run ``job`` (kind, source, hyper, steps, ...) on ``ranks`` processes; each rank's result, in rank order.
+    With ``progress``, one line per rank as it starts and as it ends."""
     with tempfile.TemporaryDirectory(prefix="zerolab-handmade-") as folder:
         job = dict(job, result_dir=folder, collective_timeout=job.get("collective_timeout", COLLECTIVE_TIMEOUT))
         job_path = os.path.join(folder, "job.json")
         with open(job_path, "w") as handle:
             json.dump(job, handle)
         for attempt in range(2):
-            logs = _start_and_wait(job_path, folder, ranks, timeout)
+            logs = _start_and_wait(job_path, folder, ranks, timeout, progress)
             if logs is None:
                 break
             if attempt == 1 or "address already in use" not in logs.lower():
@@ -36,7 +39,7 @@ def run(job, ranks, timeout=90):
         return [_load(os.path.join(folder, f"rank{rank}.json")) for rank in range(ranks)]
 
 
-def _start_and_wait(job_path, folder, ranks, timeout):
+def _start_and_wait(job_path, folder, ranks, timeout, progress=False):
     """None when every rank finished; else the ranks' output, for the failure message."""
     for name in os.listdir(folder):
         if name.startswith(("rank", "log")):
@@ -49,7 +52,7 @@ def _start_and_wait(job_path, folder, ranks, timeout):
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
-            if process.wait(timeout) == 0:
+            if _wait(process, folder, ranks, timeout, progress) == 0:
                 return None
         except subprocess.TimeoutExpired:
             pass
@@ -65,6 +68,33 @@ def _start_and_wait(job_path, folder, ranks, timeout):
     return "\n".join(part for part in text if part) or "(no output)"
 
 
+def _wait(process, folder, ranks, timeout, progress):
+    """The launcher's exit code; meanwhile, with ``progress``, a line per rank when it starts and when it ends
+    (rank.py writes rank<R>.started, then rank<R>.json or rank<R>.error.json)."""
+    deadline, started, ended = time.monotonic() + timeout, {}, set()
+    while True:
+        try:
+            code = process.wait(0.1)
+        except subprocess.TimeoutExpired:
+            code = None
+        if progress:
+            for rank in range(ranks):
+                prefix = os.path.join(folder, f"rank{rank}")
+                if rank not in started and os.path.exists(prefix + ".started"):
+                    started[rank] = time.monotonic()
+                    print(tr(f"rank {rank} of {ranks}: started"), flush=True)
+                failed = os.path.exists(prefix + ".error.json")
+                if rank in started and rank not in ended and (failed or os.path.exists(prefix + ".json")):
+                    ended.add(rank)
+                    seconds = time.monotonic() - started[rank]
+                    print(tr(f"rank {rank} of {ranks}: failed after {seconds:.1f} s") if failed else
+                          tr(f"rank {rank} of {ranks}: finished in {seconds:.1f} s"), flush=True)
+        if code is not None:
+            return code
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout)
+
+
 def _failure_message(folder, ranks, logs, job):
     errors = [_load(os.path.join(folder, f"rank{rank}.error.json"), None) for rank in range(ranks)]
     forbidden = next((e for e in errors if e and e["message"].startswith("FORBIDDEN")), None)
@@ -74,8 +104,14 @@ def _failure_message(folder, ranks, logs, job):
     mine = [(rank, e) for rank, e in enumerate(errors) if e and e["in_learner_code"] and e not in waited]
     if mine:
         rank, error = mine[0]
-        where = f" at line {error['line']} of your cell" if error["line"] else ""
-        return f"rank {rank} of {ranks} raised {error['type']}{where}: {error['message']}"
+        lines = job.get("source", "").splitlines()
+        where = ""
+        if error["line"] and 0 < error["line"] <= len(lines):
+            where = tr(f" at line {error['line']} of your cell ({lines[error['line'] - 1].strip()})")
+        elif error["line"]:
+            where = tr(f" at line {error['line']} of your cell")
+        said = f": {error['message']}" if error["message"].strip() else tr(" (with no message)")
+        return tr(f"rank {rank} of {ranks} raised {error['type']}{where}") + said
     if waited or not any(errors):
         return (f"the {ranks} ranks waited for each other and never finished (collectives give up after "
                 f"{job['collective_timeout']} s): do all ranks call the same collectives, in the same order, "

@@ -9,6 +9,7 @@ import torch
 IN, HIDDEN, OUT = 16, 61, 23
 GLOBAL_BATCH = 12
 HYPER_KEYS = ("lr", "betas", "eps", "weight_decay")
+NO_DECAY_ON_BIASES = "no_decay_on_biases"  # the usual two groups: weights decayed, biases not
 
 
 def build(seed=0):
@@ -40,21 +41,52 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
-def reference(hyper, steps, seed=0, grad_scale=1.0):
+def param_groups(model, layout=None):
+    """What the tests pass to an optimizer: the parameters (one group), or NO_DECAY_ON_BIASES's two groups."""
+    if layout is None:
+        return model.parameters()
+    if layout == NO_DECAY_ON_BIASES:
+        named = list(model.named_parameters())
+        return [{"params": [p for name, p in named if not name.endswith("bias")]},
+                {"params": [p for name, p in named if name.endswith("bias")], "weight_decay": 0.0}]
+    raise ValueError(f"unknown parameter group layout {layout!r}")
+
+
+def group_numels(model, layout=None):
+    """Element counts in the order of the optimizer's groups (how a rank's ``owned`` indices count)."""
+    groups = param_groups(model, layout)
+    if layout is None:
+        return [p.numel() for p in groups]
+    return [p.numel() for group in groups for p in group["params"]]
+
+
+def reference(hyper, steps, seed=0, grad_scale=1.0, groups=None, optimizer_class=torch.optim.AdamW):
     """Flat parameters after `steps` of torch.optim.AdamW on the full batch, in one process (fp32).
 
     ``grad_scale`` multiplies every gradient before the step: with the world size it gives what ranks that sum
-    their gradients instead of averaging them would compute.
+    their gradients instead of averaging them would compute. ``groups`` is a layout of param_groups();
+    ``optimizer_class`` torch.optim.Adam gives what Adam's coupled L2 decay computes.
     """
     model = build(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
-                                  eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+    optimizer = optimizer_class(param_groups(model, groups), lr=hyper["lr"], betas=tuple(hyper["betas"]),
+                                eps=hyper["eps"], weight_decay=hyper["weight_decay"])
     for step in range(steps):
         optimizer.zero_grad()
         loss(model, *batch(step, seed)).backward()
         for p in model.parameters():
             p.grad.mul_(grad_scale)
         optimizer.step()
+    return flat(model)
+
+
+def zero_gradient_step(hyper, optimizer_class=torch.optim.AdamW, seed=0):
+    """Flat parameters after one step of torch's optimizer with all gradients zero: weight decay alone."""
+    model = build(seed)
+    optimizer = optimizer_class(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]), eps=hyper["eps"],
+                                weight_decay=hyper["weight_decay"])
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
     return flat(model)
 
 

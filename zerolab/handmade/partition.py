@@ -1,14 +1,19 @@
-"""Who owns what: DeepSpeed's partition of a flat parameter buffer into equal shares, the last one padded.
+"""Who owns what: DeepSpeed ZeRO-1/2's partition of a parameter group's flat buffer into equal shares.
 
-DeepSpeed (stage_1_and_2.py) flattens a parameter group into one buffer, pads it to a multiple of the world
-size and gives rank r the elements [r*s, (r+1)*s) with s = padded length / N. A share can start or end inside a
-parameter, so a rank owns ranges (param_index, start, end) of each parameter's flattened elements.
+DeepSpeed 0.19.8 (runtime/zero/stage_1_and_2.py) flattens each parameter group into one buffer, pads it to a
+multiple of 2N (``nccl_start_alignment_factor = 2`` times the world size N) and gives rank r the elements
+[r*s, (r+1)*s) with s = padded length / N. The padding sits at the end of the buffer, so the last share is short;
+when the padding is longer than a share (fewer elements than 2N), the last ranks own no element at all. A share
+can start or end inside a parameter, so a rank owns ranges (param_index, start, end) of the parameters' elements.
 """
+
+ALIGNMENT_FACTOR = 2  # DeepSpeed's nccl_start_alignment_factor: 4-byte alignment / sizeof(fp16)
 
 
 def share_size(total, world_size):
-    """Elements per rank: the flat length padded up to a multiple of the world size, divided by it."""
-    return -(-total // world_size)
+    """Elements per rank: the flat length padded up to a multiple of 2N, divided by N."""
+    alignment = ALIGNMENT_FACTOR * world_size
+    return -(-total // alignment) * alignment // world_size
 
 
 def flat_partition(numels, world_size):

@@ -23,6 +23,7 @@ def main(job_path):
     with open(job_path) as handle:
         job = json.load(handle)
     rank = int(os.environ["RANK"])
+    _write(job, f"rank{rank}.started", {})
     try:
         result = run(job, rank)
     except BaseException as error:
@@ -61,11 +62,18 @@ def _runner(kind):
     return getattr(importlib.import_module(module), function)
 
 
+BASELINE = None  # zerolab.handmade.live.Baseline: the tensors alive before the learner's cell ran (the grader's)
+
+
 def learner_namespace(source):
+    global BASELINE
+    from zerolab.handmade import live
     from zerolab.handmade.partition import flat_partition
     from zerolab.handmade.source import FORBIDDEN  # noqa: F401 (imported before the blocker needs it)
 
     _block_libraries()
+    live.watch_collectives()  # before the cell runs, so that `from torch.distributed import ...` is watched too
+    BASELINE = live.Baseline()
     namespace = {"__name__": "__learner__", "partition": flat_partition}
     exec(compile(PREAMBLE, "<preamble>", "exec"), namespace)
     exec(compile(source, CELL, "exec"), namespace)
@@ -74,18 +82,21 @@ def learner_namespace(source):
 
 
 def zero1_run(job, namespace):
+    from zerolab.handmade import live
     from zerolab.handmade import model as fixed
 
     hyper, steps = job["hyper"], job["steps"]
     net = fixed.build()
-    optimizer = namespace["ShardedAdamW"](net.parameters(), **_hyper(hyper))
-    state_bytes = None
+    optimizer = namespace["ShardedAdamW"](fixed.param_groups(net, job.get("groups")), **_hyper(hyper))
+    memory, measured = None, min(1, steps - 1)  # the second step: the moments exist, buffers have been reused
     for step in range(steps):
         optimizer.zero_grad()
         _local_loss(net, step).backward()
+        if step == measured:
+            live.forget_collectives()
         optimizer.step()
-        if step == 0:
-            state_bytes = optimizer_state_bytes(optimizer, net)
+        if step == measured:
+            memory = rank_memory(net)
     owned = getattr(optimizer, "owned", None)
 
     decay = dict(lr=0.1, betas=hyper["betas"], eps=hyper["eps"], weight_decay=0.5)
@@ -95,7 +106,7 @@ def zero1_run(job, namespace):
     optimizer.zero_grad()
     (frozen(fixed.batch(0)[0]).sum() * 0).backward()  # zero gradients: only weight decay moves a parameter
     optimizer.step()
-    return {"params": fixed.flat(net), "state_bytes": state_bytes, "owned": _plain_ranges(owned),
+    return {"params": fixed.flat(net), "memory": memory, "owned": _plain_ranges(owned),
             "decay": {"hyper": decay, "before": before, "after": fixed.flat(frozen)}}
 
 
@@ -132,15 +143,20 @@ def zero1_bytes_run(job, namespace):
     """The learner's ZeRO-1 and DeepSpeed stage 1 side by side in the same ranks: parameters and bytes."""
     from zerolab.handmade import model as fixed
 
+    from zerolab.handmade import live
+
     net = fixed.build()
     optimizer = namespace["ShardedAdamW"](net.parameters(), **_hyper(job["hyper"]))
     for step in range(job["steps"]):
         optimizer.zero_grad()
         _local_loss(net, step).backward()
         grad_bytes = held_bytes([p.grad for p in net.parameters()])
+        live.forget_collectives()
         optimizer.step()
-    mine = {"params": fixed.flat(net), "param_bytes": held_bytes(list(net.parameters())), "grad_bytes": grad_bytes,
-            "optimizer_state_bytes": optimizer_state_bytes(optimizer, net)}
+    memory = rank_memory(net)
+    mine = {"params": fixed.flat(net), "param_bytes": memory["parameters"], "grad_bytes": grad_bytes,
+            "optimizer_state_bytes": memory[live.OTHER], "communication_bytes": memory[live.COMMUNICATION]}
+    del optimizer, net, memory
     return {"handmade": mine, "deepspeed": deepspeed_run(job, int(os.environ["RANK"]))}
 
 
@@ -180,23 +196,31 @@ def deepspeed_run(job, rank):
     net = fixed.build()
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=job["config"])
     grad_bytes = {}
+    # The micro-batch and accumulation DeepSpeed resolved from the config (it may derive either one).
+    micro, accumulation = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
     for step in range(job["steps"]):
         inputs, targets = fixed.batch(step)
         part = fixed.rows(rank, int(os.environ["WORLD_SIZE"]))
-        loss = fixed.loss(engine, inputs[part], targets[part])
-        engine.backward(loss)
-        grad_bytes = measure.gradient_bytes(engine)
-        engine.step()
+        inputs, targets = inputs[part], targets[part]
+        for micro_step in range(accumulation):
+            rows = slice(micro_step * micro, (micro_step + 1) * micro)
+            engine.backward(fixed.loss(engine, inputs[rows], targets[rows]))
+            grad_bytes = measure.gradient_bytes(engine)
+            engine.step()
     return {"params": fixed.flat(engine.module), **measure.model_state_bytes(engine, grad_bytes),
+            "micro_batch": micro, "accumulation": accumulation,
             "wrapper": type(engine.optimizer).__name__, "optimizer": type(measure.inner_optimizer(engine)).__name__}
 
 
-def optimizer_state_bytes(optimizer, net):
-    """Bytes of every tensor the optimizer holds (its state and its attributes), parameters and gradients aside."""
-    found = []
-    _collect(optimizer.state, found, depth=0)
-    _collect({k: v for k, v in vars(optimizer).items() if k not in ("param_groups", "state")}, found, depth=0)
-    return held_bytes(found, exclude=list(net.parameters()))
+def rank_memory(net):
+    """Bytes of every tensor alive in this rank (zerolab.handmade.live) apart from what existed before the learner's
+    cell ran: {"parameters", "gradients", "buffers", "communication buffers" (storages that went through a
+    collective in this step and are still alive), "other"}. "other" is what the learner's optimizer keeps: its
+    state, wherever it is stored."""
+    from zerolab.handmade import live
+
+    lines = dict(live.model_lines(net), **{live.COMMUNICATION: live.communication_storages()})
+    return live.breakdown(lines, exclude=[BASELINE])
 
 
 def held_bytes(tensors, exclude=()):
@@ -221,21 +245,6 @@ def held_bytes(tensors, exclude=()):
         seen.add(storage.data_ptr())
         total += storage.nbytes()
     return total
-
-
-def _collect(value, found, depth):
-    import torch
-
-    if depth > 4:
-        return
-    if torch.is_tensor(value):
-        found.append(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect(item, found, depth + 1)
-    elif isinstance(value, (list, tuple, set)):
-        for item in value:
-            _collect(item, found, depth + 1)
 
 
 def _local_batch(step):
@@ -315,7 +324,10 @@ def fork_ranks(job_path, ranks):
     from zerolab.run.worker import stop_when_orphaned
 
     import torch
+    import torch._dynamo  # noqa: F401 (torch.optim.Optimizer's constructor imports it: a second of CPU per rank)
     import torch.distributed  # noqa: F401 (each rank imports it before the learner's code runs, as before)
+
+    from zerolab.handmade import live, model, partition, source  # noqa: F401 (every rank needs them)
 
     torch.set_num_threads(1)
     with open(job_path) as handle:

@@ -18,6 +18,12 @@ FORBIDDEN_NAMES = {"ZeroRedundancyOptimizer": "torch's ZeroRedundancyOptimizer",
                    "FullyShardedDataParallel": "torch's FSDP", "fully_shard": "torch's fully_shard"}
 
 
+# The course's reference answers, reachable in the kernel (zerolab.handmade's modules import them): a cell that
+# names one of these, or zerolab.handmade itself, uses the reference. Names the cell defines itself are its own.
+# The grading modules (grade, verdict) and zerolab itself have no use in an answer and lead to the reference.
+REFERENCE_NAMES = ("flat_partition", "share_size", "handmade", "sharded", "verdict", "grade", "zerolab")
+
+
 class SourceMissing(AssertionError):
     pass
 
@@ -54,6 +60,41 @@ def forbidden_use(source):
             word = node.id if isinstance(node, ast.Name) else node.attr
             if word in FORBIDDEN_NAMES:
                 return FORBIDDEN_NAMES[word]
+    return None
+
+
+def reference_use(source):
+    """Which of the course's reference answers the source reaches (import, attribute, name or string): its name
+    ("flat_partition", "share_size", or "zerolab.handmade" for the rest), or None.
+
+    An AST scan, so a renamed import (``import ... as p``), ``getattr(module, "flat_partition")`` and
+    ``importlib.import_module("zerolab.handmade.partition")`` are all found."""
+    tree = _parse(source)
+    if tree is None:
+        return None
+    own = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.arg):
+            own.add(node.arg)
+    for node in ast.walk(tree):
+        words = []
+        if isinstance(node, ast.Import):
+            words = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            words = [node.module or ""] + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words = [node.value]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, ast.Name) and node.id not in own:
+            words = [node.id]
+        parts = [part for word in words for part in word.split(".")]
+        if any(name in parts for name in REFERENCE_NAMES):
+            return next((name for name in ("flat_partition", "share_size") if name in parts), "zerolab.handmade")
     return None
 
 

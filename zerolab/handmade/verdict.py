@@ -6,6 +6,7 @@ reference is torch.optim.AdamW on the full batch in one fp32 process (zerolab.ha
 import math
 
 from zerolab.handmade import model as fixed
+from zerolab.handmade.live import COMMUNICATION, OTHER
 from zerolab.handmade.partition import flat_partition, share_size
 
 # fp32, a handful of steps: all-reducing the ranks' gradients sums in a different order than one process
@@ -13,18 +14,21 @@ from zerolab.handmade.partition import flat_partition, share_size
 ATOL = 2e-6
 SAME_ACROSS_RANKS = 1e-7
 STATE_SLACK_BYTES = 256  # step counters and the padded last share
+COUPLED_ATOL = 1e-6  # one step of torch.optim.Adam's L2 decay against the rank's: the same arithmetic
 GRAD_SLACK_BYTES = 64
 
 
 def partition_problem(answer, numels, world_size):
     """What is wrong with ``answer`` as the partition of ``numels`` over ``world_size`` ranks, or None."""
     call = f"partition({numels}, {world_size})"
+    if answer is None:
+        return f"{call} returned None: nothing is returned (a missing return statement?); return one list per rank"
     if not isinstance(answer, (list, tuple)) or len(answer) != world_size:
         return f"{call} should return one list of ranges per rank ({world_size} lists)"
     owner = [[None] * n for n in numels]
     flat_start = [sum(numels[:i]) for i in range(len(numels))]
     size, total = share_size(sum(numels), world_size), sum(numels)
-    previous_end = 0
+    previous_end, counts = 0, []
     for rank, ranges in enumerate(answer):
         if not isinstance(ranges, (list, tuple)):
             return f"{call}[{rank}] should be a list of (param_index, start, end)"
@@ -44,30 +48,40 @@ def partition_problem(answer, numels, world_size):
                 return f"{call}: rank {rank}'s ranges are not the next contiguous piece of the flattened parameters"
             previous_end = flat_start[index] + end
             owned += end - start
-        expected = min(size, max(0, total - rank * size))
-        if owned != expected:
-            return f"{call}: rank {rank} owns {owned} elements; the shares are not equal (only the last may be short)"
+        counts.append(owned)
     for index, elements in enumerate(owner):
         if None in elements:
             return f"{call}: element {elements.index(None)} of parameter {index} is owned by no rank"
+    if counts != _share_counts(total, world_size, size):
+        if counts == _share_counts(total, world_size, -(-total // world_size)):
+            return (f"{call}: the flat buffer is padded to a multiple of N = {world_size}; DeepSpeed's ZeRO-1/2 "
+                    "pad it to a multiple of 2N, so the shares are not the ones DeepSpeed builds")
+        rank = next(r for r, (got, want) in enumerate(zip(counts, _share_counts(total, world_size, size)))
+                    if got != want)
+        return (f"{call}: rank {rank} owns {counts[rank]} elements; the shares are not DeepSpeed's equal pieces of "
+                "the buffer padded to a multiple of 2N (the padding is at the end: only the last shares are short "
+                "or empty)")
     return None
 
 
-def zero1_problem(results, hyper, steps):
-    """What the learner's ShardedAdamW did wrong on these ranks, or None."""
+def _share_counts(total, world_size, size):
+    return [min(size, max(0, total - rank * size)) for rank in range(world_size)]
+
+
+def zero1_problem(results, hyper, steps, groups=None):
+    """What the learner's ShardedAdamW did wrong on these ranks, or None. ``groups``: the layout of the parameter
+    groups it was given (zerolab.handmade.model.param_groups)."""
     world_size = len(results)
-    numels = fixed.numels(fixed.build())
-    problem = _ownership_problem([r["owned"] for r in results], numels)
+    problem = _ownership_problem([r["owned"] for r in results], fixed.group_numels(fixed.build(), groups), groups)
     if problem:
         return problem
-    unsharded = fixed.adam_state_bytes()
-    limit = unsharded / world_size + STATE_SLACK_BYTES
-    for rank, result in enumerate(results):
-        held = result["state_bytes"]
-        if held > limit:
-            than = "as much as" if held >= unsharded else "more than 1/{} of".format(world_size)
-            return (f"with {world_size} ranks, rank {rank} holds {held} bytes of optimizer state, {than} AdamW's "
-                    f"{unsharded} bytes for the whole model: Adam's moments are not sharded")
+    problem = _memory_problem(results)
+    if problem:
+        return problem
+    if _coupled_decay(results):
+        return ("with zero gradients one step moves the parameters the way Adam's coupled L2 decay does "
+                "(weight_decay * p added to the gradient, then scaled by Adam's moments); AdamW's decay is "
+                "decoupled: the parameter itself is shrunk, outside the moments")
     more, less = _decay_errors(results)
     if more:  # before the drift check: decaying what a rank does not own also makes the ranks drift apart
         return ("with zero gradients one step shrinks some parameters by more than AdamW's weight decay: decay is "
@@ -75,16 +89,67 @@ def zero1_problem(results, hyper, steps):
     problem = _drift_problem([r["params"] for r in results], steps)
     if problem:
         return problem
-    got, want = results[0]["params"], fixed.reference(hyper, steps)
+    got, want = results[0]["params"], fixed.reference(hyper, steps, groups=groups)
     if _max_gap(got, want) <= ATOL:
         return None
+    if groups is not None and _max_gap(got, fixed.reference(hyper, steps)) <= ATOL:
+        return ("the optimizer was given two parameter groups (weights with weight decay, biases without) and "
+                "trained every parameter with the first group's hyper-parameters: each group's lr, betas, eps "
+                "and weight_decay apply to its own parameters (read every entry of self.param_groups)")
     if less:
         return "with zero gradients one step leaves some parameters without AdamW's weight decay"
-    if _max_gap(got, fixed.reference(hyper, steps, grad_scale=world_size)) <= ATOL:
+    if _max_gap(got, fixed.reference(hyper, steps, grad_scale=world_size, groups=groups)) <= ATOL:
         return f"the gradients are summed over the {world_size} ranks, not averaged"
     return (f"after {steps} steps on {world_size} ranks the parameters differ from torch.optim.AdamW on the full "
             f"batch by up to {_max_gap(got, want):.2e} (tolerance {ATOL:g}): check the AdamW update of the "
             "elements a rank owns (moments, bias correction, decoupled weight decay)")
+
+
+def memory_budget(world_size):
+    """What a rank of a ZeRO-1 may keep alive besides its parameters and gradients, in bytes, per line of
+    zerolab.handmade.live: "other" (its optimizer state: Adam's two moments of its share, step counters,
+    padding) and "communication buffers" (storages passed to a collective and kept: up to two copies of the
+    padded flat parameters, e.g. a flat gradient buffer and an all-gather buffer, and one share)."""
+    numels = fixed.numels(fixed.build())
+    share = share_size(sum(numels), world_size)
+    return {OTHER: fixed.adam_state_bytes() / world_size + STATE_SLACK_BYTES,
+            COMMUNICATION: 4 * (2 * share * world_size + share) + STATE_SLACK_BYTES}
+
+
+def _memory_problem(results):
+    world_size = len(results)
+    budget, unsharded = memory_budget(world_size), fixed.adam_state_bytes()
+    for rank, result in enumerate(results):
+        memory = result["memory"]
+        held = memory[OTHER]
+        if held > budget[OTHER] and held >= unsharded:
+            return (f"with {world_size} ranks, rank {rank} keeps {held} bytes alive besides its parameters, "
+                    f"gradients and communication buffers, as much as AdamW's {unsharded} bytes of state for the "
+                    "whole model: Adam's moments are not sharded (every tensor alive in the rank is counted, "
+                    "wherever it is kept)")
+        if held > budget[OTHER]:
+            return (f"with {world_size} ranks, rank {rank} keeps {held} bytes alive besides its parameters, "
+                    f"gradients and communication buffers, more than 1/{world_size} of AdamW's {unsharded} bytes "
+                    "of state for the whole model: Adam's moments are not sharded (every tensor alive in the rank "
+                    "is counted, wherever it is kept)")
+        if memory[COMMUNICATION] > budget[COMMUNICATION]:
+            return (f"rank {rank} keeps {memory[COMMUNICATION]} bytes of buffers that went through collectives "
+                    "alive after step(), more than two copies of the flat parameters and one share: keep at most "
+                    "one flat buffer per purpose, or let them go after the step")
+    return None
+
+
+def _coupled_decay(results):
+    """Whether the zero-gradient step did what torch.optim.Adam's (coupled, L2) weight decay does."""
+    import torch
+
+    decay = results[0]["decay"]
+    if decay["hyper"]["weight_decay"] == 0:
+        return False
+    coupled = fixed.zero_gradient_step(decay["hyper"], torch.optim.Adam)
+    decoupled = fixed.zero_gradient_step(decay["hyper"], torch.optim.AdamW)
+    return (all(_max_gap(r["decay"]["after"], coupled) <= COUPLED_ATOL for r in results)
+            and _max_gap(coupled, decoupled) > 100 * COUPLED_ATOL)
 
 
 def zero2_problem(results, hyper, steps):
@@ -137,7 +202,7 @@ def zero2_problem(results, hyper, steps):
     return None
 
 
-def _ownership_problem(owned_per_rank, numels):
+def _ownership_problem(owned_per_rank, numels, groups=None):
     if any(owned is None for owned in owned_per_rank):
         rank = next(r for r, owned in enumerate(owned_per_rank) if owned is None)
         return (f"rank {rank}'s ShardedAdamW has no `owned` list of (param_index, start, end): the tests read which "
@@ -149,6 +214,12 @@ def _ownership_problem(owned_per_rank, numels):
                 return f"rank {rank} claims range {(index, start, end)}, which is not inside parameter {index}"
             for element in range(start, end):
                 owners[index][element].append(rank)
+    if groups is not None:
+        first = len(fixed.param_groups(fixed.build(), groups)[0]["params"])
+        if all(not ranks for per_element in owners[first:] for ranks in per_element):
+            return ("the optimizer was given two parameter groups and no rank owns any element of the second: "
+                    "only self.param_groups[0] is partitioned (every group's parameters must be sharded and "
+                    "updated)")
     for index, per_element in enumerate(owners):
         for element, ranks in enumerate(per_element):
             if len(ranks) != 1:
@@ -206,6 +277,22 @@ def stage1_config_problem(config):
     for key in ("fp16", "bf16"):
         if (config.get(key) or {}).get("enabled"):
             return f"{key} is enabled; the comparison trains in fp32"
+    return None
+
+
+def batch_problem(config, global_batch, world_size):
+    """Whether DeepSpeed, resolving the config for ``world_size`` ranks, trains on ``global_batch`` rows per step
+    (any split into micro-batches and accumulation steps trains like the full batch), or what is wrong."""
+    from zerolab.handmade.batch import resolve
+
+    try:
+        train, micro, accumulation = resolve(config, world_size)
+    except (AssertionError, ValueError, TypeError, KeyError) as refusal:
+        return f"DeepSpeed refuses the batch settings of your config with {world_size} ranks: {refusal}"
+    if train != global_batch:
+        return (f"with {world_size} ranks DeepSpeed resolves your config to {train} rows per step (micro-batch "
+                f"{micro} x {accumulation} accumulation steps x {world_size} ranks): a step must train on the "
+                "global batch, global_batch rows")
     return None
 
 
