@@ -1,0 +1,21 @@
+"""What the mixed-precision exercise's test cell calls: the learner's MixedShardedAdamW trained in bf16 on real
+ranks, judged against the one-process fp32-master reference, or the mistake raised as AssertionError."""
+from zerolab.handmade import grade, harness, mixed_verdict
+
+MAX_GRAD_NORM = 0.1  # below the fixed model's gradient norm: every step clips
+
+
+def mixed_precision(ranks, hyper=None, steps=4, max_grad_norm=MAX_GRAD_NORM, cell=None, name="MixedShardedAdamW"):
+    """Train with the learner's MixedShardedAdamW on ``ranks`` gloo ranks; raise what it got wrong; the results."""
+    hyper = dict(hyper or grade.DEFAULT_HYPER)
+    text = grade.learner_cell(name, cell)
+    job = {"kind": "zerolab.handmade.mixed_rank:run", "cell": text, "name": name, "hyper": hyper, "steps": steps,
+           "max_grad_norm": max_grad_norm}
+    try:
+        results = harness.run(job, ranks)
+    except harness.RanksFailed as failure:
+        raise AssertionError(str(failure)) from None
+    found = mixed_verdict.problem(results, hyper, steps, max_grad_norm)
+    if found:
+        raise AssertionError(found)
+    return results

@@ -1,0 +1,21 @@
+"""What the ZeRO-2 exercise's test cell calls: the learner's Zero2Gradients on real ranks, judged, or the mistake
+raised as AssertionError with one message."""
+from zerolab.handmade import grade, harness, zero2_verdict
+
+BUCKET_ELEMENTS = 1500  # a bucket of one or two of the deeper model's layers
+
+
+def zero2_hooks(ranks, hyper=None, steps=3, bucket_elements=BUCKET_ELEMENTS, cell=None, name="Zero2Gradients"):
+    """Train with the learner's Zero2Gradients on ``ranks`` gloo ranks; raise what it got wrong; the ranks' results."""
+    hyper = dict(hyper or grade.DEFAULT_HYPER)
+    text = grade.learner_cell(name, cell)
+    job = {"kind": "zerolab.handmade.zero2_rank:run", "cell": text, "name": name, "hyper": hyper, "steps": steps,
+           "bucket_elements": bucket_elements}
+    try:
+        results = harness.run(job, ranks)
+    except harness.RanksFailed as failure:
+        raise AssertionError(str(failure)) from None
+    found = zero2_verdict.problem(results, hyper, steps, bucket_elements)
+    if found:
+        raise AssertionError(found)
+    return results

@@ -1,0 +1,41 @@
+"""The deeper model of the ZeRO-2 exercise: the fixed model's inputs and targets through six small layers.
+
+On the two-layer model of the other exercises one bucket would hold most of the model, so "reduce a bucket at a
+time" could not be told apart from "reduce everything at the end". Here the largest parameter is a fraction of
+the whole, and a bucket of a few of them leaves most gradients to arrive after it was sent. Widths are odd so
+that the ranks' shares end inside parameters. Data, rows per rank and the loss are zerolab.handmade.model's.
+"""
+import torch
+
+from zerolab.handmade import model as fixed
+
+WIDTH, HIDDEN_LAYERS = 31, 6
+
+
+def build(seed=0):
+    torch.manual_seed(seed)
+    layers = [torch.nn.Linear(fixed.IN, WIDTH), torch.nn.Tanh()]
+    for _ in range(HIDDEN_LAYERS - 1):
+        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(WIDTH, fixed.OUT))
+
+
+def reference(hyper, steps, seed=0, grad_scale=1.0):
+    """Flat parameters after ``steps`` of torch.optim.AdamW on the full batch in one fp32 process."""
+    model = build(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
+                                  eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+    for step in range(steps):
+        optimizer.zero_grad()
+        fixed.loss(model, *fixed.batch(step, seed)).backward()
+        for p in model.parameters():
+            p.grad.mul_(grad_scale)
+        optimizer.step()
+    return fixed.flat(model)
+
+
+def full_gradient(seed=0, step=0):
+    """Flat gradient of the full batch's loss at the initial parameters."""
+    model = build(seed)
+    fixed.loss(model, *fixed.batch(step, seed)).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).tolist()
