@@ -76,3 +76,12 @@ def test_zero3_holds_a_shard_of_everything(measured):
             assert result["param_bytes"] < 4 * sum(p.numel() for p in deep.build().parameters()) * 0.6, system
         assert (measured[rank]["ZeRO-3 (hand)"]["peak_param_bytes"]
                 == measured[rank]["DeepSpeed stage 3, live 0 reuse 0"]["peak_param_bytes"])
+
+
+def test_deepspeeds_collectives_counted_at_torch_equal_its_own_comm_layers_count(measured):
+    """zero3_probe counts at torch.distributed; zerolab.run.meter counts at DeepSpeed's comm backend."""
+    for rank in range(RANKS):
+        for system, result in measured[rank].items():
+            if system.startswith("DeepSpeed"):
+                counted = {op: entry["elements"] for op, entry in result["collectives"].items()}
+                assert counted == result["meter"], system

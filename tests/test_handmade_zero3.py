@@ -139,3 +139,36 @@ def test_each_wrong_implementation_gets_its_named_verdict(name):
         zero3_grade.zero3(2, cell=build())
     assert fragment in str(failure.value), str(failure.value)
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+
+
+def _clean_run(world_size, **changes):
+    sizes = zero3_verdict.layout(world_size)
+    step = {"collectives": {"all-gather": {"calls": 24, "elements": 2 * sizes["psi_padded"], "bytes": 0},
+                            "reduce-scatter": {"calls": 12, "elements": sizes["psi_padded"], "bytes": 0}},
+            "matmuls": sizes["layers"], "peak_param_bytes": sizes["shard_bytes"], "peak_at": "matmul"}
+    result = {"problem": None, "construction": dict(step, collectives={}, matmuls=0), "steps": [step],
+              "baseline_bytes": 0, "full_grads_kept": [], "params": deep.reference(zero3_grade.DEFAULT_HYPER, 1)}
+    result.update(changes)
+    return [result] * world_size
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"problem": {"kind": "missing", "name": "Zero3"}}, "missing class: your cell defines no Zero3"),
+    ({"problem": {"kind": "not_a_list", "type": "generator"}}, "wrong type: shards() returned a generator"),
+    ({"problem": {"kind": "count", "got": 6, "want": 12}}, "wrong count: shards() returned 6 tensors"),
+    ({"construction": {"collectives": {}, "matmuls": 0, "peak_param_bytes": 10 ** 6, "peak_at": "matmul"}},
+     "the whole parameters are not freed after sharding"),
+    ({"params": deep.reference(zero3_grade.DEFAULT_HYPER, 1, grad_scale=2)}, "summed over the 2 ranks"),
+    ({"params": deep.reference(zero3_grade.DEFAULT_HYPER, 1, seed=1)}, "differ from torch.optim.AdamW"),
+])
+def test_what_the_verdict_names(changes, fragment):
+    assert zero3_verdict.zero3_problem(_clean_run(2), zero3_grade.DEFAULT_HYPER, 1) is None
+    assert fragment in zero3_verdict.zero3_problem(_clean_run(2, **changes), zero3_grade.DEFAULT_HYPER, 1)
+
+
+def test_more_traffic_than_two_gathers_and_a_reduce_scatter_is_named():
+    results = _clean_run(2)
+    step = dict(results[0]["steps"][0])
+    step["collectives"] = dict(step["collectives"], broadcast={"calls": 1, "elements": 5000, "bytes": 0})
+    results = _clean_run(2, steps=[step])
+    assert "more than gathering the parameters twice" in zero3_verdict.zero3_problem(results, zero3_grade.DEFAULT_HYPER, 1)

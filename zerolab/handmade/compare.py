@@ -105,7 +105,8 @@ def _run(system, job, probe, holder):
     return {"who": trainer.who, "losses": losses, "grad_bytes": grad_bytes,
             "peak_grad_bytes": max(s["peak_param_bytes"] or 0 for s in measured), "peak_param_bytes": holder["peak_params"],
             "collectives": measured[-1]["collectives"], **trainer.state_bytes(),
-            "shard_numels": trainer.shard_numels(), "params": trainer.full_params()}
+            "shard_numels": trainer.shard_numels(), "params": trainer.full_params(),
+            "meter": trainer.metered() if hasattr(trainer, "metered") else None}
 
 
 def _grad_bytes(tensors):
@@ -295,6 +296,10 @@ class _DeepSpeed:
                                                     config=deepspeed_config(stage, hyper, world_size, **zero))
         self.stage, self.world_size = stage, world_size
         self.grads = {}
+        from zerolab.run.meter import TrafficMeter
+
+        self.meter = TrafficMeter(self.engine)  # DeepSpeed's own comm layer: a second count of its collectives
+        self._metered = None
 
     def model_parameters(self):
         return list(self.engine.module.parameters())
@@ -303,6 +308,8 @@ class _DeepSpeed:
         pass  # the engine's step clears its gradients
 
     def backward(self, inputs, targets):
+        self._metered = self.meter.step()
+        self._metered.__enter__()
         loss = deep.loss(self.engine(inputs), targets)
         self.engine.backward(loss)
         return loss
@@ -312,6 +319,14 @@ class _DeepSpeed:
 
         self.grads = measure.gradient_bytes(self.engine)
         self.engine.step()
+        self._metered.__exit__(None, None, None)
+
+    def metered(self):
+        """The last step's collectives as zerolab.run.meter counted them: {op: elements}."""
+        counted = {}
+        for row in self.meter.as_dicts()[-1]["collectives"]:
+            counted[row["op"]] = counted.get(row["op"], 0) + row["elements"]
+        return counted
 
     def grad_tensors(self):
         from zerolab.run import measure
