@@ -1,6 +1,8 @@
 """What the grader watches inside a rank while a learner's ZeRO-3 trains: collectives, matmuls and live bytes.
 
-- Collectives: every torch.distributed collective the rank calls (async ones too) is counted once, at the call,
+- Collectives: every torch.distributed collective the rank calls (async ones too; by its name in torch.distributed
+  or in torch.distributed.distributed_c10d, where they are defined; torch 2.13's ``all_gather_single`` and
+  ``reduce_scatter_single`` as well as the deprecated names that forward to them) is counted once, at the call,
   in the ZeRO paper's accounting that zerolab.run.meter uses for DeepSpeed: a collective over n elements counts
   n, where n is the tensor of an all-reduce, broadcast or reduce, the full input of a reduce-scatter and the full
   output of an all-gather. A collective called from inside another (a deprecated name forwarding to the new one)
@@ -23,6 +25,7 @@ from collections import defaultdict
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 # name: (op, position of the whole collective's tensor or list, its keyword)
 COLLECTIVES = {
@@ -140,7 +143,10 @@ class Probe:
             original = getattr(dist, name, None)
             if original is not None:
                 self._originals[name] = original
-                setattr(dist, name, self._wrap(original, *spec))
+                wrapped = self._wrap(original, *spec)
+                setattr(dist, name, wrapped)
+                if getattr(c10d, name, None) is original:  # where it is defined: imported from there, or called
+                    setattr(c10d, name, wrapped)         # by a deprecated name (all_gather_into_tensor -> _single)
         for owner, name in MATMULS if matmuls else ():
             original = getattr(owner, name)
             self._patched.append((owner, name, original))
@@ -211,6 +217,8 @@ class Probe:
     def uninstall(self):
         for name, original in self._originals.items():
             setattr(dist, name, original)
+            if getattr(c10d, name, None) is not None and getattr(getattr(c10d, name), "__wrapped__", None) is original:
+                setattr(c10d, name, original)
         for owner, name, original in self._patched:
             setattr(owner, name, original)
 
