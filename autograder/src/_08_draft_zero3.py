@@ -3,19 +3,20 @@
 #
 # ZeRO-3 keeps, between steps, only this rank's shard of **every parameter**. DeepSpeed 0.19.8 pads each parameter
 # on its own to a multiple of the world size N and gives rank r the r-th of N equal pieces
-# (`deepspeed/runtime/zero/partition_parameters.py`, `_padding_size` and `partition_size = tensor_size // N`):
+# (`deepspeed/runtime/zero/partition_parameters.py`: `_padding_size`, and
+# `partition_size = tensor_size // self._partition_world_size(param)`):
 # unlike ZeRO-1/2, there is no flat buffer of the whole group. A layer's parameters are all-gathered just before
 # its forward, freed after it, all-gathered **again** just before its backward, and freed once their gradients
 # are reduce-scattered to their owners. The activations autograd saved in forward are kept: nothing is
 # recomputed (that is activation checkpointing, a separate choice). DeepSpeed does all of this from module
 # hooks (`deepspeed/runtime/zero/parameter_offload.py`: `_pre_forward_module_hook`, `_post_forward_module_hook`,
-# and the pre-backward function it attaches to each module's outputs), and it prefetches the next modules'
-# parameters while one computes.
+# and `_pre_backward_module_hook`, which attaches `PreBackwardFunctionForModule` to each module's outputs), and
+# it prefetches the next modules' parameters while one computes.
 
-# %% [markdown] lang="zh" en="07f05596a4f6"
+# %% [markdown] lang="zh" en="e90368b7355e"
 # ## 5. ZeRO-3：把参数也切分
 #
-# ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py` 中的 `_padding_size` 与 `partition_size = tensor_size // N`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及它挂在每个模块输出上的反向前函数），并在一层计算时预取下一批模块的参数。
+# ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py`：`_padding_size`，以及 `partition_size = tensor_size // self._partition_world_size(param)`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及把 `PreBackwardFunctionForModule` 挂到每个模块输出上的 `_pre_backward_module_hook`），并在一层计算时预取下一批模块的参数。
 
 # %% nbgrader={"grade": false, "grade_id": "imports_zero3", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import os
@@ -193,7 +194,11 @@ if os.environ.get("NBGRADER_EXECUTION"):
 else:
     _answered = "zero3_ranks" in globals()
     for _prefetch in (False, True):
-        _runs = zero3_grade.run(2, steps=5, prefetch=_prefetch, reference=not _answered)
+        try:
+            _runs = zero3_grade.run(2, steps=5, prefetch=_prefetch, reference=not _answered)
+        except AssertionError as _error:  # your Zero3 changed since its test passed: say so, go on
+            print(_error)
+            break
         _peak = max(s["peak_param_bytes"] for s in _runs[0]["steps"] if s["peak_param_bytes"] is not None)
         print(tr(f"prefetch {_prefetch!s:5s}: most parameter bytes alive at once {_peak - _runs[0]['baseline_bytes']}, "
                  f"unsampled step {1000 * min(_runs[0]['seconds'][2:]):.1f} ms ({tr('yours') if _answered else tr('the course')})"))
@@ -243,15 +248,16 @@ else:
 #   true by default). Then all three all-gather the updated parameters: 3Ψ of volume, 1.5 times DDP's all-reduce;
 #   the paper's 2Ψ for ZeRO-1/2 needs a reduce-scatter (or your ZeRO-2's reduce to each owner). ZeRO-3 gathers
 #   twice and reduce-scatters once: 3Ψ.
-# - **Gradients during backward.** Your ZeRO-1 keeps every full gradient until `step()`; stage 2 differs from
-#   stage 1 in what it keeps after each bucket is reduced: only the gradient partition it owns. Compare their
-#   peak and after-backward gradient columns.
+# - **Gradients during backward.** Your ZeRO-1 keeps every full gradient until `step()`. DeepSpeed's stages 1
+#   and 2 both end backward holding only their gradient partition (the "gradients" column), but stage 1 peaks
+#   higher during backward: stage 2 (`partition_gradients`) frees what it does not own as each bucket is
+#   reduced. Your ZeRO-2's peak is its share plus its bucket.
 # - **Alignment.** DeepSpeed's stages 1 and 2 all-reduce a flat buffer padded to a multiple of 2N
 #   (`nccl_start_alignment_factor = 2`): a few elements more than Ψ. ZeRO-3 (yours and DeepSpeed's) pads each
 #   parameter to a multiple of N; FSDP2 pads dim 0 of each parameter to a multiple of N rows (`torch.chunk`),
 #   more padding for wide rows.
-# - **fp32 master copy.** DeepSpeed keeps an fp32 master partition even when training in fp32 (stage 3 reuses the
-#   partition itself); yours and FSDP2 step the parameters' own shards.
+# - **fp32 master copy.** DeepSpeed keeps an fp32 master partition beside the parameters even when training in
+#   fp32, at every stage (the "fp32 master" column); yours and FSDP2 step the parameters' own shards.
 # - **Stage 3 and reuse.** With its defaults DeepSpeed's stage 3 does not free a parameter that will be used
 #   again within `stage3_max_reuse_distance` elements, or that the prefetcher already fetched for a later use
 #   (`partitioned_param_coordinator.py`, `__params_to_release`), and gathers ahead as long as fewer than
@@ -263,13 +269,13 @@ else:
 #   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
 #   (`set_modules_to_forward_prefetch`).
 
-# %% [markdown] lang="zh" en="8525f0b1f1d1"
+# %% [markdown] lang="zh" en="fb8b0ab1b05a"
 # 对照 DeepSpeed 0.19.8 的代码来读这张表：
 #
 # - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。
 # - **通信量。** "moved per step" 统计每种集合通信的元素数（对 Ψ 个元素做一次 all-reduce 计为 Ψ）；"volume" 是第 03 课中 ZeRO 论文的口径，其中 all-reduce 计两次（一次 reduce-scatter 加一次 all-gather）。你的 ZeRO-1 在 `step()` 中 all-reduce 完整梯度；DeepSpeed 的 stage 1 和 stage 2 都对梯度*桶*做 all-reduce（`stage_1_and_2.py` 中的 `average_tensor`：`use_multi_rank_bucket_allreduce` 默认为 true）。之后三者都 all-gather 更新后的参数：通信量为 3Ψ，是 DDP 的 all-reduce 的 1.5 倍；论文中 ZeRO-1/2 的 2Ψ 需要 reduce-scatter（或者像你的 ZeRO-2 那样 reduce 到各个所有者）。ZeRO-3 gather 两次、reduce-scatter 一次：3Ψ。
-# - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度；stage 2 与 stage 1 的区别在于每个桶规约之后保留什么：只保留自己拥有的那部分梯度。比较它们的梯度峰值列和反向之后的梯度列。
+# - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度。DeepSpeed 的 stage 1 和 stage 2 在反向结束时都只持有自己那部分梯度（"gradients" 一列），但 stage 1 在反向期间的峰值更高：stage 2（`partition_gradients`）在每个桶规约之后就释放不属于自己的梯度。你的 ZeRO-2 的峰值是它的分片加上它的桶。
 # - **对齐。** DeepSpeed 的 stage 1 和 stage 2 all-reduce 的是一个填充到 2N 倍数的展平缓冲区（`nccl_start_alignment_factor = 2`）：比 Ψ 多几个元素。ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。
-# - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 也保留一份 fp32 主权重分片（stage 3 直接复用分片本身）；你的实现和 FSDP2 直接更新参数自己的分片。
+# - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 在每个 stage 都会在参数之外再保留一份 fp32 主权重分片（"fp32 master" 一列）；你的实现和 FSDP2 直接更新参数自己的分片。
 # - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着每个参数从前向到反向一直保持 gather 状态：每步只 all-gather 一次 Ψ，峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，峰值也与你的一致。
 # - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。
