@@ -85,3 +85,18 @@ def test_deepspeeds_collectives_counted_at_torch_equal_its_own_comm_layers_count
             if system.startswith("DeepSpeed"):
                 counted = {op: entry["elements"] for op, entry in result["collectives"].items()}
                 assert counted == result["meter"], system
+
+
+def test_the_learners_cell_runs_and_the_courses_stands_in_when_it_fails():
+    from zerolab.handmade import harness
+    from test_handmade_zero3 import solution_cell
+
+    broken = solution_cell().replace("        mine /= self.world_size\n",
+                                     "        mine /= self.world_size\n        raise ValueError('oops')\n")
+    for cell, who in ((solution_cell(), "yours"), (broken, "course (yours raised ValueError)")):
+        job = {"kind": "zerolab.handmade.compare:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
+               "systems": ["ZeRO-3 (hand)"], "cells": {"ZeRO-3 (hand)": cell}}
+        for rank_result in harness.run(job, RANKS):
+            assert rank_result["ZeRO-3 (hand)"]["who"] == who
+            assert _gap(rank_result["ZeRO-3 (hand)"]["losses"], deep.reference_losses(compare.DEFAULT_HYPER, 2)) < ATOL
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"

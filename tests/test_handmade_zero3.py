@@ -42,7 +42,8 @@ def mutate(old, new):
 # name: (how to build the cell, fragment of the message it must get)
 WRONG = {
     "gathered_parameters_never_freed": (lambda: mutate(
-        "    def _free(self, layer):\n        for p in layer.parameters(recurse=False):\n            p.data = torch.empty(0)",
+        "    def _free(self, layer):\n        for p in layer.parameters(recurse=False):\n"
+        "            p.data = torch.empty(0)",
         "    def _free(self, layer):\n        pass"),
         "gathered parameters are not freed after use"),
     "forward_recomputed_in_backward": (lambda: mutate(  # activation checkpointing of every layer
@@ -171,4 +172,5 @@ def test_more_traffic_than_two_gathers_and_a_reduce_scatter_is_named():
     step = dict(results[0]["steps"][0])
     step["collectives"] = dict(step["collectives"], broadcast={"calls": 1, "elements": 5000, "bytes": 0})
     results = _clean_run(2, steps=[step])
-    assert "more than gathering the parameters twice" in zero3_verdict.zero3_problem(results, zero3_grade.DEFAULT_HYPER, 1)
+    problem = zero3_verdict.zero3_problem(results, zero3_grade.DEFAULT_HYPER, 1)
+    assert "more than gathering the parameters twice" in problem

@@ -71,7 +71,14 @@ def run_rank(job, namespace=None):
     probe = Probe(measure=measure).install(matmuls=False)
     results = {}
     for system in job["systems"]:
-        results[system] = _run(system, job, probe, holder)
+        try:
+            results[system] = _run(system, job, probe, holder)
+        except Exception as error:
+            if system not in job["cells"]:
+                raise
+            # the learner's cell failed while training (every rank alike): the course's stands in, and says why
+            results[system] = _run(system, dict(job, cells={}), probe, holder)
+            results[system]["who"] = f"course (yours raised {type(error).__name__})"
     probe.uninstall()
     return results
 
@@ -103,7 +110,8 @@ def _run(system, job, probe, holder):
     holder["grads"] = holder["params"] = lambda: ()
     measured = probe.steps[first:]
     return {"who": trainer.who, "losses": losses, "grad_bytes": grad_bytes,
-            "peak_grad_bytes": max(s["peak_param_bytes"] or 0 for s in measured), "peak_param_bytes": holder["peak_params"],
+            "peak_grad_bytes": max(s["peak_param_bytes"] or 0 for s in measured),
+            "peak_param_bytes": holder["peak_params"],
             "collectives": measured[-1]["collectives"], **trainer.state_bytes(),
             "shard_numels": trainer.shard_numels(), "params": trainer.full_params(),
             "meter": trainer.metered() if hasattr(trainer, "metered") else None}
@@ -238,11 +246,12 @@ class _Zero3(_Hand):
                 self.who = "yours"
             except Exception:
                 self.wrapped = None
-        if self.wrapped is None:
-            net.load_state_dict(deep.build().state_dict()) if all(p.numel() for p in net.parameters()) else None
+        if self.wrapped is None:  # the learner's may have emptied some parameters before failing: start afresh
             from zerolab.handmade.zero3_reference import Zero3
 
-            self.wrapped = Zero3(net)
+            self.net = deep.build()
+            self.sizes = [p.numel() for p in self.net.parameters()]
+            self.wrapped = Zero3(self.net)
             self.shards = self.wrapped.shards()
         self.optimizer = torch.optim.AdamW(self.shards, **self.options())
 
@@ -400,7 +409,8 @@ class _FSDP2:
         params = [_local(p.data) for p in self.net.parameters()]
         state = [_local(v) for s in self.optimizer.state.values() for v in s.values() if torch.is_tensor(v)
                  and v.dim()]
-        return {"param_bytes": union_bytes([_storage_tensor(p) for p in params]), "optimizer_bytes": union_bytes(state), "master_bytes": 0}
+        return {"param_bytes": union_bytes([_storage_tensor(p) for p in params]),
+                "optimizer_bytes": union_bytes(state), "master_bytes": 0}
 
     def shard_numels(self):
         """Elements of each parameter's local storage: FSDP2 pads dim 0 to a multiple of N rows, in the storage."""

@@ -61,7 +61,8 @@ def run(job, namespace=None):
             probe.sample("after backward")
         seconds.append(time.perf_counter() - started)
         held["activations"].clear()
-        full_grads_kept += [i for i, p in enumerate(net.parameters()) if p.grad is not None and i not in full_grads_kept]
+        full_grads_kept += [i for i, p in enumerate(net.parameters())
+                            if p.grad is not None and i not in full_grads_kept]
         shard_grad_problem = shard_grad_problem or _shard_grad_problem(shards, rank)
         if shard_grad_problem:
             break

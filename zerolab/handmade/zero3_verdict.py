@@ -4,7 +4,8 @@ Four things are graded, each from what the grader measured, never from what the 
 - numbers: the whole parameters after K steps equal one-process torch.optim.AdamW on the full batch;
 - memory: the parameter bytes alive in a rank at any sampled moment stay within its shards of every parameter
   plus two layers gathered (the one computing and the one prefetched), plus the gradients of every activation
-  (autograd's, alive in backward for as long as the garbage collector, paused while sampling, leaves them); gradients, optimizer state, batch and activations are left out (zero3_probe);
+  (autograd's, alive in backward for as long as the garbage collector, paused while sampling, leaves them);
+  gradients, optimizer state, batch and activations are left out (zero3_probe);
 - traffic: no all-reduce of gradients, and at most two all-gathers of the parameters and one reduce-scatter of
   the gradients per step (3Ψ, padded per parameter as DeepSpeed's partition_parameters.py pads);
 - no recomputation: one Linear forward per layer per step.
@@ -93,7 +94,8 @@ def zero3_problem(results, hyper, steps):
 def _shard_message(problem, world_size):
     kind = problem["kind"]
     if kind == "not_a_list":
-        return f"wrong type: shards() returned a {problem['type']}; it should return a list of tensors, one per parameter"
+        return (f"wrong type: shards() returned a {problem['type']}; it should return a list of tensors, one per "
+                "parameter")
     if kind == "count":
         return (f"wrong count: shards() returned {problem['got']} tensors for a model with {problem['want']} "
                 "parameters; it should return one shard per parameter")
