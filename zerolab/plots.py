@@ -206,3 +206,37 @@ def _title(fig, text, fontsize):
     while title.get_window_extent(renderer).width > 0.95 * fig.bbox.width and title.get_fontsize() > 6:
         title.set_fontsize(title.get_fontsize() - 0.5)
     return title
+
+
+def side_by_side(rows):
+    """Lesson 08's measured side-by-side (rows of zerolab.handmade.compare.rows): bytes one rank holds, and the
+    paper's volume it moves per step by collective, for each system."""
+    fig, (mem_ax, comm_ax) = _figure(width=11, height=4.8, cols=2)
+    names = [row["system"] for row in rows]
+    parts = (("param_bytes", tr("parameters (after step)"), COLORS["params"]),
+             ("peak_param_bytes", tr("parameters (peak)"), COLORS["gathered_layer"]),
+             ("peak_grad_bytes", tr("gradients (peak in backward)"), COLORS["grads"]),
+             ("optimizer_bytes", tr("Adam moments"), COLORS["optimizer_states"]),
+             ("master_bytes", tr("fp32 master"), COLORS["master_weights"]))
+    width = 0.8 / len(parts)
+    for i, (key, label, color) in enumerate(parts):
+        mem_ax.barh([y + (i - len(parts) / 2 + 0.5) * width for y in range(len(rows))],
+                    [row[key] / 1024 for row in rows], height=width, color=color, label=label)
+    mem_ax.set_yticks(range(len(rows)), names, fontsize=8)
+    mem_ax.invert_yaxis()
+    mem_ax.set_xlabel(tr("KiB on rank 0"))
+    mem_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=3)
+    ops = sorted({op for row in rows for op in row["traffic"]})
+    left = [0.0] * len(rows)
+    palette = {"all-gather": COLORS["params"], "reduce-scatter": COLORS["grads"], "all-reduce": COLORS["fp32_grads"],
+               "reduce": COLORS["optimizer_states"]}
+    for op in ops:
+        shares = [row["volume_by_op"].get(op, 0.0) for row in rows]
+        comm_ax.barh(range(len(rows)), shares, left=left, color=palette.get(op, COLORS["buffer"]), label=op)
+        left = [a + b for a, b in zip(left, shares)]
+    comm_ax.set_yticks(range(len(rows)), [""] * len(rows))
+    comm_ax.invert_yaxis()
+    comm_ax.set_xlabel(tr("volume per step (Ψ; an all-reduce counts twice)"))
+    comm_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=4)
+    fig.suptitle(tr("The same model, data and 2 ranks, measured"), fontsize=10)
+    return fig

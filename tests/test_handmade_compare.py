@@ -1,0 +1,102 @@
+"""The side-by-side of lesson 08 (zerolab.handmade.compare) on 2 gloo ranks, checked against independent sources:
+one-process torch.optim.AdamW (losses and parameters), DeepSpeed's own partition of each parameter
+(``ds_tensor.ds_numel``), torch.chunk's split of dim 0 (FSDP2's shards), and the collectives each design must
+make. Nothing is left running."""
+import psutil
+import pytest
+import torch
+
+from zerolab.handmade import compare
+from zerolab.handmade import zero3_model as deep
+
+ATOL = 1e-5
+RANKS = 2
+
+
+@pytest.fixture(scope="module")
+def measured():
+    results = compare.side_by_side(ranks=RANKS, learner=False)
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    return results
+
+
+pytestmark = pytest.mark.slow
+
+
+def _gap(a, b):
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def test_every_system_trains_like_adamw_on_the_full_batch(measured):
+    losses = deep.reference_losses(compare.DEFAULT_HYPER, 3)
+    params = deep.reference(compare.DEFAULT_HYPER, 3)
+    for rank in range(RANKS):
+        assert set(measured[rank]) == set(compare.SYSTEMS)
+        for system, result in measured[rank].items():
+            assert _gap(result["losses"], losses) < ATOL, system
+            assert _gap(result["params"], params) < ATOL, system
+
+
+def test_zero3_shards_are_deepspeeds_per_parameter_partition(measured):
+    for rank in range(RANKS):
+        deepspeed = measured[rank]["DeepSpeed stage 3"]["shard_numels"]
+        assert measured[rank]["ZeRO-3 (hand)"]["shard_numels"] == deepspeed
+        assert measured[rank]["DeepSpeed stage 3"]["param_bytes"] == 4 * sum(deepspeed)
+        assert measured[rank]["ZeRO-3 (hand)"]["param_bytes"] == 4 * sum(deepspeed)
+
+
+def test_fsdp2_shards_dim_0_as_torch_chunk_does(measured):
+    want = [torch.empty(p.shape).chunk(RANKS)[0].numel() for p in deep.build().parameters()]
+    for rank in range(RANKS):
+        assert measured[rank]["FSDP2"]["shard_numels"] == want
+
+
+def test_each_design_makes_the_collectives_it_should(measured):
+    psi = sum(p.numel() for p in deep.build().parameters())
+    padded = sum(deep.padded_numel(p.numel(), RANKS) for p in deep.build().parameters())
+    for rank in range(RANKS):
+        ops = {system: {op: entry["elements"] for op, entry in result["collectives"].items()}
+               for system, result in measured[rank].items()}
+        assert ops["ZeRO-3 (hand)"] == {"all-gather": 2 * padded, "reduce-scatter": padded}
+        # DeepSpeed's stage 3 with no parameter kept live gathers twice too; its reductions are the same
+        assert ops["DeepSpeed stage 3, live 0 reuse 0"]["all-gather"] == 2 * padded
+        assert ops["DeepSpeed stage 3, live 0 reuse 0"]["reduce-scatter"] == padded
+        # ZeRO-1 by hand and DeepSpeed's stages 1 and 2 all-reduce every gradient, then all-gather the parameters
+        # (DeepSpeed's flat buffer padded to a multiple of 2N: a few elements more)
+        for system in ("ZeRO-1 (hand)", "DeepSpeed stage 1", "DeepSpeed stage 2"):
+            assert psi <= ops[system]["all-reduce"] < psi + 2 * RANKS, system
+            assert psi <= ops[system]["all-gather"] < psi + 2 * RANKS, system
+
+
+def test_zero3_holds_a_shard_of_everything(measured):
+    for rank in range(RANKS):
+        for system in ("ZeRO-3 (hand)", "DeepSpeed stage 3", "FSDP2"):
+            result = measured[rank][system]
+            assert result["param_bytes"] < 4 * sum(p.numel() for p in deep.build().parameters()) * 0.6, system
+        assert (measured[rank]["ZeRO-3 (hand)"]["peak_param_bytes"]
+                == measured[rank]["DeepSpeed stage 3, live 0 reuse 0"]["peak_param_bytes"])
+
+
+def test_deepspeeds_collectives_counted_at_torch_equal_its_own_comm_layers_count(measured):
+    """zero3_probe counts at torch.distributed; zerolab.run.meter counts at DeepSpeed's comm backend."""
+    for rank in range(RANKS):
+        for system, result in measured[rank].items():
+            if system.startswith("DeepSpeed"):
+                counted = {op: entry["elements"] for op, entry in result["collectives"].items()}
+                assert counted == result["meter"], system
+
+
+def test_the_learners_cell_runs_and_the_courses_stands_in_when_it_fails():
+    from zerolab.handmade import harness
+    from test_handmade_zero3 import solution_cell
+
+    broken = solution_cell().replace("        mine /= self.world_size\n",
+                                     "        mine /= self.world_size\n        raise ValueError('oops')\n")
+    for cell, who in ((solution_cell(), "yours"), (broken, "course (yours raised ValueError)")):
+        job = {"kind": "zerolab.handmade.compare:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
+               "systems": ["ZeRO-3 (hand)"], "cells": {"ZeRO-3 (hand)": cell}}
+        for rank_result in harness.run(job, RANKS):
+            assert rank_result["ZeRO-3 (hand)"]["who"] == who
+            assert _gap(rank_result["ZeRO-3 (hand)"]["losses"], deep.reference_losses(compare.DEFAULT_HYPER, 2)) < ATOL
+    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
