@@ -95,16 +95,16 @@ def unit_slip(got, want, unit):
     return None
 
 
-def close_to(got, want, name, rel_tol, unit="", hint="", slips=None, bits=False):
+def close_to(got, want, name, rel_tol, unit="", hint="", slips=None, bits=False, abs_tol=0):
     """AssertionError unless ``got`` is within ``rel_tol`` of ``want``.
 
     The message names the first mistake class that fits: wrong type, wrong byte or time unit (by the ratio), bits
     for bytes (a factor of 8, when ``bits``), one of the ``slips`` ({ratio: message}, e.g. elements vs bytes), a
     rounding slip (within 2 % but outside the tolerance), and only then the concept ``hint``. It never contains
-    ``want``.
+    ``want``. ``abs_tol`` accepts a few units more (bytes of a partition rounded either way).
     """
     got = number(got, name, unit)
-    if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-12):
+    if math.isclose(got, want, rel_tol=rel_tol, abs_tol=max(abs_tol, 1e-12)):
         return got
     slip = unit_slip(got, want, unit)
     if slip and _unit_words(unit):
@@ -118,7 +118,7 @@ def close_to(got, want, name, rel_tol, unit="", hint="", slips=None, bits=False)
     for ratio, message in (slips or {}).items():
         if want and math.isclose(got, want * ratio, rel_tol=min(0.01, rel_tol * 2) or 1e-9):
             raise AssertionError(f"{name}: {tr(message)}")  # the lesson's catalog has its message
-    if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02):
+    if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02, abs_tol=abs_tol * 2):
         raise AssertionError(f"rounding: {name} is close but not within the accepted {rel_tol * 100:g} %: keep full precision "
                              "and round only when you print")
     raise AssertionError(f"{name} is not right" + (f": {tr(hint)}" if hint else ""))
