@@ -253,3 +253,13 @@ def test_with_reference_says_nothing_when_the_earlier_answer_is_right_and_covers
 def test_agrees_compares_dicts_and_numbers_with_tolerance():
     assert agrees({"a": 1.0000001, "b": [2, 3]}, {"a": 1, "b": [2, 3]})
     assert not agrees({"a": 1}, {"a": 1, "b": 2}) and not agrees("1", 1) and not agrees(True, 1)
+
+
+def test_off_limits_does_not_mistake_the_cells_own_names_for_the_notebooks():
+    import zerolab.fit
+
+    namespace = dict(_NOTEBOOK, fit=zerolab.fit.fit, optimizer_bytes=lambda p: 12 * p)
+    cell = ("def f(p, estimate=None):\n    fit = p < 10\n    optimizer_bytes = 12 * p\n"
+            "    return fit and optimizer_bytes\n")
+    assert _uses(cell, ["zerolab.fit", "optimizer_bytes"], namespace=namespace) is None
+    assert _uses("def f(p):\n    return fit(p)\n", ["zerolab.fit"], namespace=namespace) == "zerolab.fit"

@@ -132,6 +132,7 @@ class _Scan:
     def __init__(self, tree, namespace, rules):
         self.tree, self.namespace, self.rules = tree, namespace, rules
         self.aliases = {}
+        self.local = _local_names(tree)  # a name the cell binds itself is not the notebook's object of that name
         self._bind_imports()
         for _ in range(3):  # a = memory; b = a; ... resolved in a few rounds, in any order
             self._bind_assignments()
@@ -156,7 +157,7 @@ class _Scan:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             base = sys.modules.get(node.module) or node.module
             return next(filter(None, (self.rules.match(_attribute(base, alias.name)) for alias in node.names)), None)
-        if isinstance(node, ast.Name) and "." not in node.id:
+        if isinstance(node, ast.Name) and node.id not in self.local:
             bare = next((name for name, _ in self.rules.forbidden if name == node.id), None)
             if bare and not isinstance(node.ctx, ast.Store):
                 return bare
@@ -173,6 +174,8 @@ class _Scan:
         if isinstance(node, ast.Name):
             if node.id in self.aliases:
                 return self.aliases[node.id]
+            if node.id in self.local:
+                return None
             if node.id in self.namespace:
                 return self.namespace[node.id]
             return getattr(builtins, node.id, None)
@@ -217,6 +220,15 @@ class _Scan:
                 thing = self.resolve(node.value)
                 if thing is not None and isinstance(node.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
                     self.aliases[node.targets[0].id] = thing
+
+
+def _local_names(tree):
+    """Names the cell binds by assignment, loop, argument, def or class (imports are followed as aliases)."""
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    names |= {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+    names |= {node.name for node in ast.walk(tree)
+              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return names
 
 
 def _attribute(base, attr):

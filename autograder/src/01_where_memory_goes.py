@@ -213,10 +213,10 @@ print(tr("DeepSpeed estimator, per GPU:"), units.format_bytes(deepspeed_view.gpu
 #
 # *Accepted:* a number of **bytes** (`int` or `float`) within one part in a million of the paper's figure, so
 # exact division, `//` and rounding partitions up (as DeepSpeed pads them) all count.
-# Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts, so `memory.estimate` is off limits in your cell
-# (the test gives 0 if it is used).
+# Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts, so `memory.estimate` is
+# off limits in your cell (the test gives 0 if it is used).
 
-# %% [markdown] lang="zh" en="dc671509997c"
+# %% [markdown] lang="zh" en="12afb60a65e2"
 # ### 练习 2：任意 stage 下每张 GPU 的字节数
 #
 # 编写 `per_gpu_bytes(params, stage, gpus)`：在 `gpus` 张 GPU 上使用 ZeRO `stage`（0 = DDP）时，每张 GPU 持有的模型状态字节数，按论文的口径计算（fp16 混合精度 Adam）。
@@ -412,7 +412,7 @@ for gpus in (1, 8, 64):
 #
 # 编写 `deepspeed_zero2_gib(params, gpus)`：DeepSpeed 的 ZeRO-2 估算函数打印出的每卡数字（不卸载（offload），单节点 `gpus` 张 GPU），单位为 **GiB**（2**30 字节），返回 float。
 #
-# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较。所以你的单元格里不能使用它以及 `memory.estimate`。
+# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较，所以你的单元格里不能使用它以及 `memory.estimate`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_deepspeed_zero2_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_zero2_gib(params, gpus):

@@ -592,3 +592,112 @@ CASCADES = {
                           "ex2_wire_bytes": L03["ex2_wire_bytes"]["right"][0]},
                          "test_ex2_wire_bytes", "exercise 2 is graded with the course's volume_in_params")],
 }
+
+
+def _opt(body):
+    return "def optimizer_bytes(params, stage, ranks):\n" + body
+
+
+def _train(body):
+    return "def training_bytes(params, stage, ranks):\n" + body
+
+
+def _split6(body):
+    return "def offload_split(params, stage, ranks, offload_optimizer, offload_param):\n" + body
+
+
+def _traffic(body):
+    return "def offload_traffic(params, ranks, grad_accum, precision):\n" + body
+
+
+_OPT = "    share = params / ranks if %s else params\n    return {'master_weights': %s, 'optimizer_states': %s}\n"
+_TRAIN = "    return {'params': %s * params / (ranks if stage >= %s else 1), 'grads': %s * params / (ranks if stage >= %s else 1)}\n"
+_SPLIT6 = ("    def share(nbytes, partitioned_from):\n        return nbytes * params / (ranks if stage >= partitioned_from else 1)\n"
+           "    parts = {'params': share(2, 3), 'grads': share(2, 2), 'master_weights': share(4, 1),"
+           " 'optimizer_states': share(8, 1)}\n    on_host = set()\n"
+           "    if offload_optimizer == 'cpu':\n        on_host |= {'master_weights', 'optimizer_states'}%s\n"
+           "    if offload_param == 'cpu'%s:\n        on_host.add('params')\n"
+           "    host = sum(v for k, v in parts.items() if k in on_host)\n"
+           "    return {'device': sum(parts.values()) - host, 'host': host%s}\n")
+_GRADS_FROM_2 = " | ({'grads'} if stage >= 2 else set())"
+_TRAFFIC = ("    p = params / %s\n    e = %s\n    acc = grad_accum if grad_accum > 1 else 0\n"
+            "    return {'to_host': %s * p + e * p * acc, 'to_device': e * p + e * p * %s}\n")
+L06 = {
+    "ex1_optimizer_bytes": {
+        "wrong": [(_opt("    e = memory.estimate(params, stage, gpus_per_node=ranks, precision='bf16').breakdown['gpu']\n"
+                        "    return {k: e[k] for k in ('master_weights', 'optimizer_states')}\n"), "off limits"),
+                  (_opt(_OPT % ("stage", "share", "2 * share")), "elements"),
+                  (_opt(_OPT % ("True", "4 * share", "8 * share")), "partitions nothing"),
+                  (_opt(_OPT % ("stage >= 2", "4 * share", "8 * share")), "stage 1 partitions"),
+                  (_opt(_OPT % ("stage", "4 * share", "12 * share")), "two fp32 moments"),
+                  (_opt("    return [4 * params, 8 * params]\n"), "wrong type")],
+        "right": [_opt("    n = ranks if stage else 1\n"
+                       "    return {'master_weights': 4 * params // n, 'optimizer_states': 8 * params // n}\n"),
+                  _opt("    share = params / (ranks if stage >= 1 else 1)\n"
+                       "    return dict(master_weights=int(4 * share + 0.5), optimizer_states=int(8 * share + 0.5))\n"),
+                  _opt("    n = ranks if stage > 0 else 1\n"
+                       "    return {'master_weights': -(-4 * params // n), 'optimizer_states': -(-8 * params // n)}\n")],
+    },
+    "ex2_training_bytes": {
+        "wrong": [("from zerolab.memory import estimate as e\n"
+                   + _train("    g = e(params, stage, gpus_per_node=ranks, precision='bf16').breakdown['gpu']\n"
+                            "    return {'params': g['params'], 'grads': g['grads']}\n"), "off limits"),
+                  (_train(_TRAIN % (4, 3, 4, 2)), "bf16 is a 16-bit type"),
+                  (_train(_TRAIN % (1, 3, 1, 2)), "elements"),
+                  (_train(_TRAIN % (2, 3, 2, 1)), "partitions only the optimizer states"),
+                  (_train(_TRAIN % (2, 2, 2, 2)), "keeps whole parameters"),
+                  (_train("    return (2 * params, 2 * params)\n"), "wrong type")],
+        "right": [_train(_TRAIN % (2, 3, 2, 2)),
+                  _train("    p = 2 * params // ranks if stage == 3 else 2 * params\n"
+                         "    g = 2 * params // ranks if stage >= 2 else 2 * params\n    return {'params': p, 'grads': g}\n"),
+                  _train("    out = {'params': 2 * params, 'grads': 2 * params}\n"
+                         "    for key, stage_from in (('grads', 2), ('params', 3)):\n"
+                         "        if stage >= stage_from:\n            out[key] = round(out[key] / ranks)\n    return out\n")],
+    },
+    "ex3_offload_split": {
+        "wrong": [(_split6("    o, t = optimizer_bytes(params, stage, ranks), training_bytes(params, stage, ranks)\n"
+                           "    states = {**o, **t}\n    host = sum(states[k] for k in ('master_weights', 'optimizer_states'))"
+                           " if offload_optimizer == 'cpu' else 0\n"
+                           "    return {'device': sum(states.values()) - host, 'host': host}\n"), "off limits"),
+                  (_split6("    e = memory.estimate(params, stage, gpus_per_node=ranks, offload_optimizer=offload_optimizer,"
+                           " offload_param=offload_param, precision='bf16')\n"
+                           "    return {'device': e.gpu_bytes, 'host': e.cpu_bytes / ranks}\n"), "off limits"),
+                  (_split6(_SPLIT6 % (_GRADS_FROM_2, "", " * ranks")), "offload moves bytes"),
+                  (_split6(_SPLIT6 % ("", "", "")), "keeps only the whole 16-bit parameters"),
+                  (_split6(_SPLIT6 % (_GRADS_FROM_2, " and False", "")), "leaves no model states"),
+                  (_split6(_SPLIT6 % (" | {'grads'}", "", "")), "is not right: which model states does stage 1 keep")],
+        "right": [_split6(_SPLIT6 % (_GRADS_FROM_2, "", "")),
+                  _split6("    n = lambda s: ranks if stage >= s else 1\n"
+                          "    p, g, m, o = 2 * params / n(3), 2 * params / n(2), 4 * params / n(1), 8 * params / n(1)\n"
+                          "    host = 0\n    if offload_optimizer == 'cpu':\n        host += m + o + (g if stage >= 2 else 0)\n"
+                          "    if offload_param == 'cpu':\n        host += p\n"
+                          "    return {'device': round(p + g + m + o - host), 'host': round(host)}\n"),
+                  _split6("    per = {'params': (2, 3), 'grads': (2, 2), 'master_weights': (4, 1), 'optimizer_states': (8, 1)}\n"
+                          "    out = {'device': 0, 'host': 0}\n    for name, (b, s) in per.items():\n"
+                          "        size = b * params // (ranks if stage >= s else 1)\n"
+                          "        moved = (offload_optimizer == 'cpu' and (name in ('master_weights', 'optimizer_states')"
+                          " or (name == 'grads' and stage >= 2))) or (offload_param == 'cpu' and name == 'params')\n"
+                          "        out['host' if moved else 'device'] += size\n    return out\n")],
+    },
+    "ex4_offload_traffic": {
+        "wrong": [("from zerolab import deepspeed_traffic as dt\n"
+                   + _traffic("    d, u = dt.offload_bytes(params, 2, ranks, grad_accum, precision, 'cpu')\n"
+                              "    return {'to_host': d, 'to_device': u}\n"), "off limits"),
+                  (_traffic(_TRAFFIC % ("ranks", "4", "4", "max(0, acc - 1)")), "bf16 is a 16-bit type"),
+                  (_traffic(_TRAFFIC % ("ranks", "4 if precision == 'fp32' else 2", "4", "acc")),
+                   "the updated partition back in the training precision"),
+                  (_traffic(_TRAFFIC % ("ranks", "4 if precision == 'fp32' else 2", "e", "max(0, acc - 1)")), "as fp32"),
+                  (_traffic(_TRAFFIC % ("1", "4 if precision == 'fp32' else 2", "4", "max(0, acc - 1)")),
+                   "each rank copies only its partition"),
+                  (_traffic("    return [4 * params / ranks, 2 * params / ranks]\n"), "wrong type")],
+        "right": [_traffic(_TRAFFIC % ("ranks", "4 if precision == 'fp32' else 2", "4", "max(0, acc - 1)")),
+                  _traffic("    p = params / ranks\n    e = {'bf16': 2, 'fp32': 4}[precision]\n"
+                           "    if grad_accum == 1:\n        return {'to_host': round(4 * p), 'to_device': round(e * p)}\n"
+                           "    return {'to_host': round(4 * p + e * p * grad_accum), 'to_device': round(e * p * grad_accum)}\n"),
+                  _traffic("    part = params // ranks\n    size = 2 if precision == 'bf16' else 4\n"
+                           "    micro = grad_accum if grad_accum > 1 else 0\n"
+                           "    return dict(to_host=part * (4 + size * micro), to_device=part * size * max(1, micro))\n")],
+    },
+}
+
+VARIANTS["06_predict_then_measure"] = L06
