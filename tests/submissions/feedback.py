@@ -701,3 +701,15 @@ L06 = {
 }
 
 VARIANTS["06_predict_then_measure"] = L06
+
+# The course's reference answers are off limits (issue 23): one more wrong answer each for lesson 04.
+L04["ex1_build_config"]["wrong"].append(
+    ("from zerolab.config.reference import zero2_offload as given\ndef build_deepspeed_config():\n    return given()\n",
+     "off limits"))
+L04["ex2_grad_accum"]["wrong"].append(
+    (_accum("    from zerolab.config import read_settings\n"
+            "    return read_settings({'train_batch_size': train_batch_size, 'train_micro_batch_size_per_gpu':"
+            " micro_batch_per_gpu}, world_size=world_size).grad_accum\n"), "off limits"))
+L04["ex4_zero3_offload"]["wrong"].append(
+    ("import importlib\ndef zero3_offload(config):\n"
+     "    return importlib.import_module('zerolab.config.reference').zero3_offload(config)\n", "off limits"))
