@@ -122,6 +122,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
     for grade_id, variants in exercises.items():
         test_id = "test_" + grade_id
         for k, (_, words) in enumerate(variants["wrong"]):
+            words, absent = (words, None) if isinstance(words, str) else words  # (words, words it must not say)
             student = f"wrong_{k}"
             got = scores(course_root, name, student, [test_id])[test_id]
             error = cell_error(course_root, name, student, test_id)
@@ -129,6 +130,8 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
                 problems.append(f"{grade_id} wrong #{k}: scored {got}, no error")
             elif error[0] != "AssertionError" or words not in error[1]:
                 problems.append(f"{grade_id} wrong #{k}: want {words!r} in an AssertionError, got {error[0]}: {error[1]!r}")
+            elif absent and absent in error[1]:
+                problems.append(f"{grade_id} wrong #{k}: {absent!r} does not fit this mistake: {error[1]!r}")
             else:
                 problems += [f"{grade_id} wrong #{k}: {leak}" for leak in expected_in(error[1], namespace)]
         for k in range(len(variants["right"])):

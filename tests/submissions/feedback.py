@@ -3,7 +3,8 @@
 VARIANTS[lesson][exercise grade_id] = {"wrong": [(cell source, words its message must contain), ...],
                                        "right": [cell source, ...]}
 A wrong answer must score 0 on its test cell with an AssertionError whose message contains the words (the mistake
-class first: "wrong type", "wrong unit", "wrong case", "missing key", ...). A right answer, written in another
+class first: "wrong type", "wrong unit", "wrong case", "missing key", "off limits", ...); the words may be a pair
+(words, words the message must not contain). No wrong answer's message may contain the expected value. A right answer, written in another
 style than the course's solution, must earn the cell's full points.
 """
 
@@ -466,9 +467,10 @@ L02 = {
                       " cpu_offload=True)[0] / GiB\n"), "off limits"),
                   (_host("    return max(16, 4 * gpus_per_node * nodes) * params * 1.5 / 1e9\n"), "wrong unit"),
                   (_host("    return max(16, 4 * gpus_per_node * nodes) * params * 1.5\n"), "wrong unit"),
-                  (_host("    return max(16, 4 * gpus_per_node) * params * 1.5 / 2**30\n"), "GPUs of one node"),
+                  # these divided by 2**30: their message must not say what GiB means
+                  (_host("    return max(16, 4 * gpus_per_node) * params * 1.5 / 2**30\n"), ("GPUs of one node", "2**30")),
                   (_host("    return max(16, 4 * gpus_per_node * nodes) * params / 2**30\n"),
-                   "additional_buffer_factor")],
+                   ("additional_buffer_factor", "2**30"))],
         "right": [_host("    offloaded = 16 * params\n    peak = 4 * params * gpus_per_node * nodes\n"
                         "    return max(offloaded, peak) * 1.5 / 2**30\n"),
                   _host("    return max(16, 4 * gpus_per_node * nodes) * params * memory.DEFAULT_BUFFER_FACTOR / GiB\n"),
