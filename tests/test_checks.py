@@ -128,3 +128,138 @@ def test_same_value_and_learner_value():
     def unfinished():
         raise NotImplementedError()
     assert learner_value(unfinished) is None and learner_value(len, "ab") == 2
+
+
+# --- off-limits functions: an exercise that asks for a formula cannot be answered by the function it is graded by ---
+import zerolab.comm  # noqa: E402
+import zerolab.memory  # noqa: E402
+from zerolab import checks_source  # noqa: E402
+
+_ESTIMATE = ["zerolab.memory.estimate"]
+_NOTEBOOK = {"memory": zerolab.memory, "comm": zerolab.comm, "__name__": "__main__"}
+
+
+def _uses(cell, forbidden=_ESTIMATE, allowed=(), namespace=None, earlier=(), history=None):
+    """What the cell defining f uses of ``forbidden``, after running it as a notebook would."""
+    namespace = dict(_NOTEBOOK if namespace is None else namespace)
+    for source in (history or []) + [cell]:
+        exec(compile(source, "<cell>", "exec"), namespace)
+    return checks_source.used_off_limits("f", forbidden, allowed, earlier, (history or []) + [cell], namespace)
+
+
+@pytest.mark.parametrize("cell", [
+    "def f(p):\n    return memory.estimate(p, 0).gpu_bytes\n",
+    "from zerolab import memory as m\ndef f(p):\n    return m.estimate(p, 0).gpu_bytes\n",
+    "from zerolab.memory import estimate as guess\ndef f(p):\n    return guess(p, 0).gpu_bytes\n",
+    "import zerolab.memory\ndef f(p):\n    return zerolab.memory.estimate(p, 0).gpu_bytes\n",
+    "import zerolab\ndef f(p):\n    return zerolab.memory.estimate(p, 0).gpu_bytes\n",
+    "def f(p):\n    return getattr(memory, 'estimate')(p, 0).gpu_bytes\n",
+    "def f(p):\n    return getattr(memory, 'esti' + 'mate')(p, 0).gpu_bytes if False else vars(memory)['estimate'](p, 0)\n",
+    "import importlib\ndef f(p):\n    return importlib.import_module('zerolab.memory').estimate(p, 0).gpu_bytes\n",
+    "def f(p):\n    m = __import__('zerolab.memory', fromlist=['x'])\n    return m.estimate(p, 0).gpu_bytes\n",
+    "def f(p):\n    mod = memory\n    fn = mod.estimate\n    return fn(p, 0).gpu_bytes\n",
+    "from zerolab.memory import *\ndef f(p):\n    return 16 * p\n",
+    "def f(p):\n    return memory.__dict__['estimate'](p, 0).gpu_bytes\n",
+])
+def test_off_limits_sees_through_renames_and_indirection(cell):
+    assert _uses(cell) == "zerolab.memory.estimate"
+
+
+def test_off_limits_follows_the_notebook_functions_the_cell_calls():
+    helper = "def helper(p):\n    return memory.estimate(p, 0).gpu_bytes\n"
+    assert _uses("def f(p):\n    return helper(p)\n", history=[helper]) == "zerolab.memory.estimate"
+    est = "est = memory.estimate\n"
+    assert _uses("def f(p):\n    return est(p, 0).gpu_bytes\n", history=[est]) == "zerolab.memory.estimate"
+    # an earlier exercise's function is graded on its own: not followed
+    earlier = "def g(p):\n    return memory.estimate(p, 0).gpu_bytes\n"
+    assert _uses("def f(p):\n    return g(p)\n", history=[earlier], earlier=["g"]) is None
+
+
+def test_off_limits_lets_through_what_the_lesson_offers_and_honest_code():
+    assert _uses("def f(p):\n    return 16 * p\n") is None
+    assert _uses("def f(p):\n    estimate = 16 * p\n    return memory.DEFAULT_BUFFER_FACTOR * estimate\n") is None
+    traffic = ["zerolab.comm.transfer_time"]
+    offered = "def f(p):\n    t = comm.traffic(p, 2, 8)\n    return t.wire_bytes / comm.bandwidth('pcie4')\n"
+    assert _uses(offered, traffic, ["zerolab.comm.traffic", "zerolab.comm.bandwidth"]) is None
+    assert _uses(offered.replace("t.wire_bytes / comm.bandwidth('pcie4')", "comm.transfer_time(t.wire_bytes, 'pcie4')"),
+                 traffic, ["zerolab.comm.traffic"]) == "zerolab.comm.transfer_time"
+    # a whole module off limits, one name in it allowed
+    assert _uses("def f(p):\n    return comm.bandwidth('pcie4')\n", ["zerolab.comm"], ["zerolab.comm.bandwidth"]) is None
+    assert _uses("def f(p):\n    return comm.traffic(p, 0, 8)\n", ["zerolab.comm"], ["zerolab.comm.bandwidth"]) == "zerolab.comm"
+
+
+def test_off_limits_names_the_notebooks_own_functions_and_what_to_write_instead():
+    mine = "def optimizer_bytes(p):\n    return 12 * p\n"
+    assert _uses("def f(p):\n    return optimizer_bytes(p) + 4 * p\n", ["optimizer_bytes"], history=[mine]) == \
+        "optimizer_bytes"
+    assert _uses("def f(p):\n    return globals()['optimizer_bytes'](p)\n", ["optimizer_bytes"], history=[mine]) == \
+        "optimizer_bytes"
+    cell = "def f(p):\n    return memory.estimate(p, 0).gpu_bytes\n"
+    namespace = dict(_NOTEBOOK)
+    exec(cell, namespace)
+    with pytest.raises(AssertionError) as caught:
+        checks_source.off_limits("f", _ESTIMATE, exercise="exercise 1", instead="add up the bytes yourself",
+                                 history=[cell], namespace=namespace)
+    assert str(caught.value) == ("off limits: exercise 1 asks you to work it out, so the cell that defines f may not "
+                                 "use zerolab.memory.estimate; add up the bytes yourself")
+    with pytest.raises(AssertionError, match="no executed cell defines f"):
+        checks_source.off_limits("f", _ESTIMATE, history=[], namespace=namespace)
+
+
+def test_close_to_names_time_units_and_bits():
+    with pytest.raises(AssertionError, match="wrong unit: t looks like a number of milliseconds; give it in seconds"):
+        close_to(2500.0, 2.5, "t", 1e-6, "seconds")
+    with pytest.raises(AssertionError, match="wrong unit: t is off by a factor of 8, bits where bytes belong"):
+        close_to(20.0, 2.5, "t", 1e-6, "seconds", bits=True)
+    with pytest.raises(AssertionError, match="t is not right"):
+        close_to(20.0, 2.5, "t", 1e-6, "seconds")  # bits only where the exercise asks for them
+    assert unit_slip(2.5 / 60, 2.5, "seconds") == "minutes"
+
+
+# --- a later exercise is graded with the reference earlier function --------------------------------------------
+from zerolab.checks_cascade import agrees, with_reference  # noqa: E402
+
+
+def test_with_reference_grades_the_later_exercise_alone_and_says_why(capsys):
+    namespace = {}
+    exec("def double(x):\n    return 3 * x\n"
+         "def later(x):\n    return double(x) + 1\n", namespace)
+    earlier = with_reference("double", lambda x: 2 * x, "exercise 1", "exercise 2", namespace=namespace)
+    assert namespace["later"](5) == 11  # the reference's 10, plus the later exercise's own logic
+    earlier.note()
+    earlier.note()
+    out = capsys.readouterr().out
+    assert out.count("note:") == 1 and "your double from exercise 1 gives 15 for double(5)" in out
+    assert "10" not in out and "exercise 2 is graded with the course's double" in out
+    earlier.restore()
+    assert namespace["later"](5) == 16
+
+
+def test_with_reference_says_nothing_when_the_earlier_answer_is_right_and_covers_a_missing_one(capsys):
+    namespace = {"double": lambda x: 2.0 * x + 1e-9}
+    earlier = with_reference("double", lambda x: 2 * x, "exercise 1", "exercise 2", namespace=namespace)
+    assert namespace["double"](4) == 8
+    earlier.note()
+    assert capsys.readouterr().out == ""
+    missing = {}
+    earlier = with_reference("double", lambda x: 2 * x, "exercise 1", "exercise 2", namespace=missing)
+    assert missing["double"](1) == 2
+    earlier.note()
+    assert "gives nothing (it is not defined)" in capsys.readouterr().out
+    earlier.restore()
+    assert "double" not in missing
+
+
+def test_agrees_compares_dicts_and_numbers_with_tolerance():
+    assert agrees({"a": 1.0000001, "b": [2, 3]}, {"a": 1, "b": [2, 3]})
+    assert not agrees({"a": 1}, {"a": 1, "b": 2}) and not agrees("1", 1) and not agrees(True, 1)
+
+
+def test_off_limits_does_not_mistake_the_cells_own_names_for_the_notebooks():
+    import zerolab.fit
+
+    namespace = dict(_NOTEBOOK, fit=zerolab.fit.fit, optimizer_bytes=lambda p: 12 * p)
+    cell = ("def f(p, estimate=None):\n    fit = p < 10\n    optimizer_bytes = 12 * p\n"
+            "    return fit and optimizer_bytes\n")
+    assert _uses(cell, ["zerolab.fit", "optimizer_bytes"], namespace=namespace) is None
+    assert _uses("def f(p):\n    return fit(p)\n", ["zerolab.fit"], namespace=namespace) == "zerolab.fit"

@@ -49,6 +49,7 @@ import math  # noqa: E402
 
 BYTE_UNITS = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+TIME_UNITS = {"seconds": 1, "milliseconds": 1e-3, "microseconds": 1e-6, "minutes": 60, "hours": 3600}
 
 
 def number(value, name="your answer", unit=""):
@@ -83,24 +84,27 @@ def whole(value, name="your answer", what="a whole number"):
 
 
 def unit_slip(got, want, unit):
-    """The byte unit ``got`` is written in when it is ``want`` (a value in ``unit``) in another unit; else None."""
-    if unit not in BYTE_UNITS or not want:
+    """The byte or time unit ``got`` is written in when it is ``want`` (a value in ``unit``) in another unit; else
+    None."""
+    units = next((table for table in (BYTE_UNITS, TIME_UNITS) if unit in table), None)
+    if units is None or not want:
         return None
-    for other, size in BYTE_UNITS.items():
-        if other != unit and math.isclose(got, want * BYTE_UNITS[unit] / size, rel_tol=0.015):
+    for other, size in units.items():
+        if other != unit and math.isclose(got, want * units[unit] / size, rel_tol=0.015):
             return other
     return None
 
 
-def close_to(got, want, name, rel_tol, unit="", hint="", slips=None):
+def close_to(got, want, name, rel_tol, unit="", hint="", slips=None, bits=False, abs_tol=0):
     """AssertionError unless ``got`` is within ``rel_tol`` of ``want``.
 
-    The message names the first mistake class that fits: wrong type, wrong byte unit (by the ratio), one of the
-    ``slips`` ({ratio: message}, e.g. elements vs bytes), a rounding slip (within 2 % but outside the tolerance),
-    and only then the concept ``hint``. It never contains ``want``.
+    The message names the first mistake class that fits: wrong type, wrong byte or time unit (by the ratio), bits
+    for bytes (a factor of 8, when ``bits``), one of the ``slips`` ({ratio: message}, e.g. elements vs bytes), a
+    rounding slip (within 2 % but outside the tolerance), and only then the concept ``hint``. It never contains
+    ``want``. ``abs_tol`` accepts a few units more (bytes of a partition rounded either way).
     """
     got = number(got, name, unit)
-    if math.isclose(got, want, rel_tol=rel_tol, abs_tol=1e-12):
+    if math.isclose(got, want, rel_tol=rel_tol, abs_tol=max(abs_tol, 1e-12)):
         return got
     slip = unit_slip(got, want, unit)
     if slip and _unit_words(unit):
@@ -108,10 +112,13 @@ def close_to(got, want, name, rel_tol, unit="", hint="", slips=None):
                              f"({_unit_words(unit)})")
     if slip:
         raise AssertionError(f"wrong unit: {name} looks like a number of {slip}; give it in {unit}")
+    if bits and want and any(math.isclose(got, want * factor, rel_tol=0.01) for factor in (8, 1 / 8)):
+        raise AssertionError(f"wrong unit: {name} is off by a factor of 8, bits where bytes belong: a byte is 8 bits, "
+                             "and bandwidths and sizes here are in bytes")
     for ratio, message in (slips or {}).items():
         if want and math.isclose(got, want * ratio, rel_tol=min(0.01, rel_tol * 2) or 1e-9):
             raise AssertionError(f"{name}: {tr(message)}")  # the lesson's catalog has its message
-    if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02):
+    if rel_tol < 0.02 and math.isclose(got, want, rel_tol=0.02, abs_tol=abs_tol * 2):
         raise AssertionError(f"rounding: {name} is close but not within the accepted {rel_tol * 100:g} %: keep full precision "
                              "and round only when you print")
     raise AssertionError(f"{name} is not right" + (f": {tr(hint)}" if hint else ""))

@@ -97,13 +97,14 @@ print(tr("all model states:             "), units.format_bytes(ddp.gpu_bytes))
 #
 # *Accepted:* a `dict` with exactly those four keys (lower case); each value an `int`, or a `float` equal to it.
 # The cell after it checks your function; hidden tests check it on other model sizes.
+# `memory.estimate` is off limits in your cell (the test gives 0 if it is used).
 
-# %% [markdown] lang="zh" en="f0855bb17b30"
+# %% [markdown] lang="zh" en="4b100bb8e925"
 # ### 练习 1：每项模型状态的字节数
 #
 # 编写 `model_state_bytes(params)`：一个有 `params` 个参数、用 fp16 加 Adam 训练的模型，在普通数据并行（DDP，即 ZeRO stage 0）下**每张 GPU 上**保存的字节数。返回一个 dict，键为 `"params"`、`"grads"`、`"master_weights"` 和 `"optimizer_states"`（动量 + 方差），每个值都是**字节**数。
 #
-# *可接受的答案：* 一个恰好包含这四个键（小写）的 `dict`；每个值是 `int`，或与之相等的 `float`。下一个单元格会检查你的函数；隐藏测试还会用其他模型规模来检查它。
+# *可接受的答案：* 一个恰好包含这四个键（小写）的 `dict`；每个值是 `int`，或与之相等的 `float`。下一个单元格会检查你的函数；隐藏测试还会用其他模型规模来检查它。你的单元格里不能使用 `memory.estimate`（用了，测试给 0 分）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_model_state_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def model_state_bytes(params):
@@ -114,6 +115,10 @@ def model_state_bytes(params):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_model_state_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("model_state_bytes", ["zerolab.memory.estimate"], exercise="exercise 1",
+           instead="count the bytes per parameter of each state yourself")
 from zerolab.checks import close_to, dict_keys, number
 
 answer = dict_keys(model_state_bytes(1000), ["params", "grads", "master_weights", "optimizer_states"],
@@ -208,14 +213,15 @@ print(tr("DeepSpeed estimator, per GPU:"), units.format_bytes(deepspeed_view.gpu
 #
 # *Accepted:* a number of **bytes** (`int` or `float`) within one part in a million of the paper's figure, so
 # exact division, `//` and rounding partitions up (as DeepSpeed pads them) all count.
-# Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts.
+# Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts, so `memory.estimate` is
+# off limits in your cell (the test gives 0 if it is used).
 
-# %% [markdown] lang="zh" en="7ec49a29646a"
+# %% [markdown] lang="zh" en="12afb60a65e2"
 # ### 练习 2：任意 stage 下每张 GPU 的字节数
 #
 # 编写 `per_gpu_bytes(params, stage, gpus)`：在 `gpus` 张 GPU 上使用 ZeRO `stage`（0 = DDP）时，每张 GPU 持有的模型状态字节数，按论文的口径计算（fp16 混合精度 Adam）。
 #
-# *可接受的答案：* 一个**字节**数（`int` 或 `float`），与论文数字的相对误差在百万分之一以内，所以精确除法、`//` 以及把分片向上取整（DeepSpeed 会做填充）都算对。隐藏测试会在多种模型规模、stage 和 GPU 数量下把它与 `memory.estimate` 比较。
+# *可接受的答案：* 一个**字节**数（`int` 或 `float`），与论文数字的相对误差在百万分之一以内，所以精确除法、`//` 以及把分片向上取整（DeepSpeed 会做填充）都算对。隐藏测试会在多种模型规模、stage 和 GPU 数量下把它与 `memory.estimate` 比较，所以你的单元格里不能使用 `memory.estimate`（用了，测试给 0 分）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_per_gpu_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def per_gpu_bytes(params, stage, gpus):
@@ -233,6 +239,13 @@ def per_gpu_bytes(params, stage, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_per_gpu_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_cascade import with_reference
+from zerolab.checks_source import off_limits
+
+off_limits("per_gpu_bytes", ["zerolab.memory.estimate"], exercise="exercise 2", earlier=["model_state_bytes"],
+           instead="divide the states each stage partitions by the GPU count yourself")
+_earlier = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0).breakdown["gpu"], "exercise 1",
+                          "exercise 2")
 from zerolab.checks import close_to, number
 
 number(per_gpu_bytes(1000, 0, 8), "per_gpu_bytes(1000, 0, 8)", "bytes")
@@ -248,6 +261,7 @@ assert not math.isclose(per_gpu_bytes(P13B, 2, 8), 2 * P13B + 78 * GB / 8), \
 close_to(per_gpu_bytes(P13B, 2, 8), memory.estimate(P13B, 2, gpus_per_node=8).gpu_bytes, "per_gpu_bytes(13B, 2, 8)",
          1e-6, "bytes", hint="13B, ZeRO-2, 8 GPUs should match the paper figure above: fp16 parameters whole, "
                              "gradients and optimizer split")
+_earlier.note()
 ### BEGIN HIDDEN TESTS
 from zerolab import memory as _memory
 from zerolab.checks import close_to as _close_to, plain as _plain
@@ -260,6 +274,7 @@ for _params in (7_500_000_000, 1_000_000_001, 350_000_000):
             _want = _memory.estimate(_params, _stage, gpus_per_node=_gpus).gpu_bytes
             _close_to(_got, _want, _name, 1e-6, "bytes",
                       hint=f"which of the 2 + 2 + 12 bytes does stage {_stage} divide by the GPU count?")
+_earlier.note()
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -291,14 +306,16 @@ for gpus in (8, 64, 1024):
 # between 0 and 1 (paper accounting; the model size cancels out).
 #
 # *Accepted:* an `int` or `float` fraction (not a percentage) within one part in a million.
-# Hidden tests check it against `memory.estimate`.
+# Hidden tests check it against `memory.estimate`, so it is off limits in your cell. You may call your
+# `per_gpu_bytes`; if it is wrong, this exercise is graded with the course's in its place (a mistake costs points
+# once).
 
-# %% [markdown] lang="zh" en="f9b6bb19817a"
+# %% [markdown] lang="zh" en="af89a760c132"
 # ### 练习 3：保留的比例
 #
 # 编写 `fraction_kept(stage, gpus)`：使用 ZeRO `stage` 时每张 GPU 的模型状态显存除以 DDP 的，结果是 0 到 1 之间的 float（论文的口径；模型规模会被约掉）。
 #
-# *可接受的答案：* 一个 `int` 或 `float` 形式的比例（不是百分数），相对误差在百万分之一以内。隐藏测试会把它与 `memory.estimate` 核对。
+# *可接受的答案：* 一个 `int` 或 `float` 形式的比例（不是百分数），相对误差在百万分之一以内。隐藏测试会把它与 `memory.estimate` 核对，所以你的单元格里不能使用它。你可以调用自己的 `per_gpu_bytes`；如果它有错，本练习会换用课程自带的版本来评分（同一个错误只扣一次分）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_fraction_kept", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fraction_kept(stage, gpus):
@@ -312,6 +329,15 @@ def fraction_kept(stage, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_fraction_kept", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_cascade import with_reference
+from zerolab.checks_source import off_limits
+
+off_limits("fraction_kept", ["zerolab.memory.estimate"], exercise="exercise 3",
+           earlier=["per_gpu_bytes", "model_state_bytes"], instead="divide what each stage keeps by what DDP keeps yourself")
+_earlier = with_reference("per_gpu_bytes", lambda params, stage, gpus: memory.estimate(params, stage, gpus_per_node=gpus)
+                          .gpu_bytes, "exercise 2", "exercise 3", rel_tol=1e-6)
+_earliest = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0).breakdown["gpu"], "exercise 1",
+                           "exercise 3")
 
 from zerolab.checks import close_to
 
@@ -323,6 +349,8 @@ assert fraction_kept(1, 1024) > fraction_kept(2, 1024) > fraction_kept(3, 1024),
 assert not math.isclose(fraction_kept(1, 8), 0.75), \
     "0.75 is the popular figure, but it is ZeRO-1's saving in the limit of many GPUs, not the fraction it keeps"
 assert fraction_kept(1, 64) > 0.25, "ZeRO-1 still copies the fp16 parameters and gradients: it cannot go below a quarter"
+_earlier.note()
+_earliest.note()
 ### BEGIN HIDDEN TESTS
 from zerolab import memory as _memory
 from zerolab.checks import close_to as _close_to, plain as _plain
@@ -336,6 +364,8 @@ for _stage in (0, 1, 2, 3):
         _close_to(_got, _want, _name, 1e-6, hint=f"which states does stage {_stage} divide by the GPU count?",
                   slips={100: "wrong unit: that is a percentage; return a fraction between 0 and 1",
                          1 - _want and (1 - _want) / _want: "that is the fraction saved, not the fraction kept"})
+_earlier.note()
+_earliest.note()
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -375,14 +405,14 @@ for gpus in (1, 8, 64):
 #
 # *Accepted:* an `int` or `float` within 1 % of DeepSpeed's figure; keep full precision (rounding to two decimals is
 # more than 1 % off for small models). Hidden tests call DeepSpeed's own `estimate_zero2_model_states_mem_needs` and
-# compare.
+# compare, so it and `memory.estimate` are off limits in your cell.
 
-# %% [markdown] lang="zh" en="5fef72717538"
+# %% [markdown] lang="zh" en="e01fb408af2d"
 # ### 练习 4：DeepSpeed 的 ZeRO-2 数字
 #
 # 编写 `deepspeed_zero2_gib(params, gpus)`：DeepSpeed 的 ZeRO-2 估算函数打印出的每卡数字（不卸载（offload），单节点 `gpus` 张 GPU），单位为 **GiB**（2**30 字节），返回 float。
 #
-# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较。
+# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较，所以你的单元格里不能使用它以及 `memory.estimate`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_deepspeed_zero2_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_zero2_gib(params, gpus):
@@ -393,6 +423,10 @@ def deepspeed_zero2_gib(params, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_deepspeed_zero2_gib", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("deepspeed_zero2_gib", ["zerolab.memory.estimate", "deepspeed.runtime.zero.stage_1_and_2"],
+           exercise="exercise 4", instead="write DeepSpeed's count out: 2 bytes whole, the rest partitioned, in GiB")
 from zerolab.checks import close_to, number
 
 number(deepspeed_zero2_gib(P13B, 8), "deepspeed_zero2_gib(13B, 8)", "GiB")
@@ -587,12 +621,13 @@ widgets.memory_explorer(params="llama2-7b", gpus=8, seq_len=4096, micro_batch=1)
 # which the whole per-GPU budget, `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus,
 # recompute=recompute).gpu_bytes`, is at most `gpu_bytes` (no offload, the defaults for everything else).
 # Return an `int`, and 0 when not even one sequence fits. The cell after it checks your function against
-# `zerolab fit`; hidden tests check other models, GPUs and stages.
+# `zerolab fit`; hidden tests check other models, GPUs and stages against `budget.largest_micro_batch`, so it and
+# `zerolab.fit` are off limits in your cell: search with `budget.budget` yourself.
 
-# %% [markdown] lang="zh" en="3bfa61c89fb1"
+# %% [markdown] lang="zh" en="9e11923d4ea9"
 # ### 练习 5：放得下吗？
 #
-# 编写 `largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute)`：返回最大的微批次，使每张 GPU 的整体预算 `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus, recompute=recompute).gpu_bytes` 不超过 `gpu_bytes`（不卸载，其余参数都用默认值）。返回一个 `int`；连一条序列都放不下时返回 0。下一个单元格会把你的函数与 `zerolab fit` 对照检查；隐藏测试还会检查其他模型、GPU 和 stage。
+# 编写 `largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute)`：返回最大的微批次，使每张 GPU 的整体预算 `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus, recompute=recompute).gpu_bytes` 不超过 `gpu_bytes`（不卸载，其余参数都用默认值）。返回一个 `int`；连一条序列都放不下时返回 0。下一个单元格会把你的函数与 `zerolab fit` 对照检查；隐藏测试还会用 `budget.largest_micro_batch` 检查其他模型、GPU 和 stage，所以你的单元格里不能使用它和 `zerolab.fit`：请自己用 `budget.budget` 搜索。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_largest_micro_batch", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
@@ -607,6 +642,10 @@ def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_largest_micro_batch", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("largest_micro_batch", ["zerolab.budget.largest_micro_batch", "zerolab.fit"], allowed=["zerolab.budget.budget"],
+           exercise="exercise 5", instead="search for the micro-batch with budget.budget yourself")
 from zerolab.fit import fit
 
 from zerolab.checks import whole

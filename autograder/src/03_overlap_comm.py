@@ -72,12 +72,12 @@ for grad_accum in (1, 4):
 #
 # Write `volume_in_params(stage, grad_accum)`: the elements moved per optimizer step divided by the parameter
 # count, for ZeRO `stage` (0 = DDP) and `grad_accum` micro-steps per optimizer step. Hidden tests compare it with
-# `comm.traffic(...).volume_in_params`.
+# `comm.traffic(...).volume_in_params`, so `comm.traffic` is off limits in your cell (the test gives 0 if it is used): work it out yourself.
 
-# %% [markdown] lang="zh" en="f22b784c6af2"
+# %% [markdown] lang="zh" en="75e6148dcd5b"
 # ### 练习 1：以 Ψ 为单位的通信量
 #
-# 编写 `volume_in_params(stage, grad_accum)`：返回每个优化器步搬运的元素数除以参数量，其中 `stage` 是 ZeRO 的 stage（0 表示 DDP），`grad_accum` 是每个优化器步包含的微步数。隐藏测试会把它与 `comm.traffic(...).volume_in_params` 比较。
+# 编写 `volume_in_params(stage, grad_accum)`：返回每个优化器步搬运的元素数除以参数量，其中 `stage` 是 ZeRO 的 stage（0 表示 DDP），`grad_accum` 是每个优化器步包含的微步数。隐藏测试会把它与 `comm.traffic(...).volume_in_params` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_volume_in_params", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def volume_in_params(stage, grad_accum):
@@ -92,6 +92,10 @@ def volume_in_params(stage, grad_accum):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_volume_in_params", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("volume_in_params", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 1",
+           instead="count the collectives of each stage yourself")
 assert volume_in_params(0, 1) == volume_in_params(1, 1) == volume_in_params(2, 1), \
     "without accumulation DDP, ZeRO-1 and ZeRO-2 move the same volume"
 assert volume_in_params(3, 1) == 1.5 * volume_in_params(0, 1), "ZeRO-3 moves 1.5x DDP's volume"
@@ -99,13 +103,16 @@ assert volume_in_params(1, 8) == volume_in_params(1, 1), "ZeRO-1 reduces only at
 assert volume_in_params(2, 8) > volume_in_params(2, 1), "ZeRO-2 reduces gradients on every micro-step"
 ### BEGIN HIDDEN TESTS
 from zerolab import comm as _comm
-from zerolab.checks import plain as _plain
+from zerolab.checks import close_to as _close_to, plain as _plain
 
 for _stage in (0, 1, 2, 3):
     for _gas in (1, 2, 7, 32):
-        _got = _plain(volume_in_params(_stage, _gas), "volume_in_params(...)")
+        _name = f"volume_in_params({_stage}, {_gas})"
         _want = _comm.traffic(10**9, _stage, 8, grad_accum=_gas).volume_in_params
-        assert type(_got) in (int, float) and math.isclose(_got, _want), f"volume_in_params({_stage}, {_gas}) is wrong"
+        _close_to(_plain(volume_in_params(_stage, _gas), _name), _want, _name, 1e-9,
+                  hint=f"which collectives does stage {_stage} run, and how many of them once per micro-step?",
+                  slips={2: "counts each collective twice: an all-reduce is one reduce-scatter plus one all-gather, "
+                            "Ψ each, not 2Ψ each"})
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -131,12 +138,14 @@ for stage in range(4):
 # ### Exercise 2: bytes each GPU sends
 #
 # Write `wire_bytes(params, stage, gpus, grad_accum)`: the bytes one GPU sends per optimizer step with ring
-# collectives, fp16 training. Hidden tests compare with `comm.traffic(...).wire_bytes`.
+# collectives, fp16 training. Hidden tests compare with `comm.traffic(...).wire_bytes`, so `comm.traffic` is off limits in your cell (the test gives 0 if it is used): work it out yourself.
+# You may call your `volume_in_params`; if it is wrong, this exercise is graded with the course's in its place, so a
+# mistake costs points once.
 
-# %% [markdown] lang="zh" en="8093c395785c"
+# %% [markdown] lang="zh" en="b865cdd352c4"
 # ### 练习 2：每张 GPU 发送的字节数
 #
-# 编写 `wire_bytes(params, stage, gpus, grad_accum)`：在 fp16 训练、环形集合通信的条件下，一张 GPU 每个优化器步发送的字节数。隐藏测试会把它与 `comm.traffic(...).wire_bytes` 比较。
+# 编写 `wire_bytes(params, stage, gpus, grad_accum)`：在 fp16 训练、环形集合通信的条件下，一张 GPU 每个优化器步发送的字节数。隐藏测试会把它与 `comm.traffic(...).wire_bytes` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。你可以调用自己的 `volume_in_params`；如果它有错，本练习会换用课程自带的版本来评分，所以同一个错误只扣一次分。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_wire_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def wire_bytes(params, stage, gpus, grad_accum):
@@ -148,21 +157,40 @@ def wire_bytes(params, stage, gpus, grad_accum):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_wire_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import close_to
+from zerolab.checks_cascade import with_reference
+from zerolab.checks_source import off_limits
+
+off_limits("wire_bytes", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 2",
+           earlier=["volume_in_params"], instead="multiply the volume by what a ring sends per element yourself")
+_earlier = with_reference("volume_in_params", lambda stage, grad_accum: comm.traffic(
+    10**9, stage, 8, grad_accum=grad_accum).volume_in_params, "exercise 1", "exercise 2", abs_tol=0)
+close_to(wire_bytes(P13B, 2, 8, 1), comm.traffic(P13B, 2, 8).wire_bytes, "wire_bytes(13B, 2, 8, 1)", 1e-7, "bytes",
+         bits=True, hint="13B, ZeRO-2, 8 GPUs should match the figure printed above",
+         slips={8 / 7: "leaves out the ring's (N-1)/N: each GPU sends N-1 of the N chunks of every collective",
+                0.5: "counted elements, not bytes: an fp16 value takes 2 bytes",
+                2: "counts the collectives twice: an all-reduce is one reduce-scatter plus one all-gather, and the "
+                   "volume in Ψ already holds both"})
 assert wire_bytes(1000, 2, 1, 1) == 0, "one GPU has nobody to talk to"
 assert wire_bytes(1000, 3, 8, 1) > wire_bytes(1000, 2, 8, 1), "ZeRO-3 sends more than ZeRO-2"
-assert math.isclose(wire_bytes(P13B, 2, 8, 1), comm.traffic(P13B, 2, 8).wire_bytes, rel_tol=1e-9), \
-    "13B, ZeRO-2, 8 GPUs should match the figure printed above"
+_earlier.note()
 ### BEGIN HIDDEN TESTS
 from zerolab import comm as _comm
-from zerolab.checks import plain as _plain
+from zerolab.checks import close_to as _close_to, plain as _plain
 
 for _params in (125_000_001, 70_000_000_000):
     for _stage in (0, 1, 2, 3):
-        for _gpus, _gas in ((2, 1), (16, 4), (1000, 3)):
-            _got = _plain(wire_bytes(_params, _stage, _gpus, _gas), "wire_bytes(...)")
+        for _gpus, _gas in ((16, 4), (1000, 3), (2, 1)):
+            _name = f"wire_bytes({_params}, {_stage}, {_gpus}, {_gas})"
             _want = _comm.traffic(_params, _stage, _gpus, grad_accum=_gas).wire_bytes
-            assert type(_got) in (int, float) and abs(_got - _want) <= 8, \
-                f"wire_bytes({_params}, {_stage}, {_gpus}, {_gas}) is wrong"
+            _close_to(_plain(wire_bytes(_params, _stage, _gpus, _gas), _name), _want, _name, 1e-7, "bytes",
+                      bits=True, hint="the volume in Ψ, times what a ring sends of each element, times its bytes",
+                      slips={_gpus / (_gpus - 1): "leaves out the ring's (N-1)/N: each GPU sends N-1 of the N "
+                                                  "chunks of every collective",
+                             0.5: "counted elements, not bytes: an fp16 value takes 2 bytes",
+                             2: "counts the collectives twice: an all-reduce is one reduce-scatter plus one "
+                                "all-gather, and the volume in Ψ already holds both"})
+_earlier.note()
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -243,12 +271,12 @@ for c in t3.collectives:
 # optimizer step, as an `int` (a partly filled last bucket is still a call), for gradients that fill the buckets
 # exactly. Real layers do not: DeepSpeed flushes a bucket when the next parameter would overflow it
 # (`reduce_independent_p_g_buckets_and_remove_grads` in `stage_1_and_2.py`), so this count is a lower bound for a
-# real model. Hidden tests compare with `comm.traffic`.
+# real model. Hidden tests compare with `comm.traffic`, so `comm.traffic` is off limits in your cell (the test gives 0 if it is used): work it out yourself.
 
-# %% [markdown] lang="zh" en="acd4333e7de4"
+# %% [markdown] lang="zh" en="10e669682ef3"
 # ### 练习 3：梯度归约的调用次数
 #
-# 编写 `reduce_calls(params, grad_accum, reduce_bucket_size)`：假设梯度恰好把桶填满，求 ZeRO-2 每个优化器步调用多少次梯度归约，返回 `int`（最后一个没填满的桶也算一次调用）。真实的层做不到恰好填满：当下一个参数放进去会让桶溢出时，DeepSpeed 就先把当前的桶归约掉（`stage_1_and_2.py` 中的 `reduce_independent_p_g_buckets_and_remove_grads`），所以对真实模型而言，这个次数是一个下界。隐藏测试会把它与 `comm.traffic` 比较。
+# 编写 `reduce_calls(params, grad_accum, reduce_bucket_size)`：假设梯度恰好把桶填满，求 ZeRO-2 每个优化器步调用多少次梯度归约，返回 `int`（最后一个没填满的桶也算一次调用）。真实的层做不到恰好填满：当下一个参数放进去会让桶溢出时，DeepSpeed 就先把当前的桶归约掉（`stage_1_and_2.py` 中的 `reduce_independent_p_g_buckets_and_remove_grads`），所以对真实模型而言，这个次数是一个下界。隐藏测试会把它与 `comm.traffic` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_reduce_calls", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def reduce_calls(params, grad_accum, reduce_bucket_size):
@@ -259,6 +287,10 @@ def reduce_calls(params, grad_accum, reduce_bucket_size):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_reduce_calls", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("reduce_calls", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 3",
+           instead="count the buckets per micro-step yourself")
 assert reduce_calls(100, 1, 100) == 1, "exactly one full bucket is one call"
 assert reduce_calls(101, 1, 100) == 2, "a partly filled last bucket is still a call"
 assert reduce_calls(100, 4, 100) == 4, "ZeRO-2 reduces on every micro-step"
@@ -271,7 +303,8 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
         _t = _comm.traffic(_params, 2, 8, grad_accum=_gas, reduce_bucket_size=_bucket)
         _want = sum(c.buckets * c.times for c in _t.collectives if c.op == "reduce-scatter")
         _got = _exact_type(reduce_calls(_params, _gas, _bucket), int, "reduce_calls(...)")
-        assert int(_got) == _want, f"reduce_calls({_params}, {_gas}, {_bucket}) is wrong"
+        assert int(_got) == _want, (f"reduce_calls({_params}, {_gas}, {_bucket}) is not right: count the buckets "
+                                    "the gradients fill, the last one partly filled included, once per micro-step")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -143,16 +143,17 @@ print(tr("offload_param.pin_memory default:    "), DeepSpeedZeroOffloadParamConf
 # right type: the `int` 2, the `bool` `True` (not the string `"true"`), the string `"cpu"` in lower case.
 #
 # The visible test asserts what the original tutorial asserted, and that the given fields are unchanged. Hidden tests
-# check the same things through DeepSpeed's own `DeepSpeedConfig` and as plain JSON data.
+# check the same things through DeepSpeed's own `DeepSpeedConfig` and as plain JSON data. The course's reference
+# configs (`zerolab.config.reference`) are off limits in your cell.
 
-# %% [markdown] lang="zh" en="194f2ac5b951"
+# %% [markdown] lang="zh" en="4e6a26d22a91"
 # ## 练习 1：`build_deepspeed_config()`（4 分）
 #
 # 完成三个 TODO：ZeRO stage 2、打开 `overlap_comm`、把优化器卸载到 CPU 并使用锁页内存。把它们写进 `zero_optimization` 字典（取消注释并填上 `???`），或者在存根代码的位置设置；然后删掉存根中的 `raise`。所有已给出的字段保持不变。
 #
 # *可接受的答案：* 任何写法都行（写在字典里，或者之后再设置），只要值是类型正确的 JSON 值：`int` 类型的 2，`bool` 类型的 `True`（不是字符串 `"true"`），小写的字符串 `"cpu"`。
 #
-# 可见测试检查的正是原教程所断言的内容，以及已给出的字段没有被改动。隐藏测试通过 DeepSpeed 自己的 `DeepSpeedConfig` 以及作为普通 JSON 数据，检查同样的内容。
+# 可见测试检查的正是原教程所断言的内容，以及已给出的字段没有被改动。隐藏测试通过 DeepSpeed 自己的 `DeepSpeedConfig` 以及作为普通 JSON 数据，检查同样的内容。你的单元格里不能使用课程的参考配置（`zerolab.config.reference`）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_build_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def build_deepspeed_config():
@@ -204,6 +205,10 @@ def build_deepspeed_config():
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_build_config", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("build_deepspeed_config", ["zerolab.config.reference"], exercise="exercise 1",
+           instead="fill in the three settings yourself")
 from zerolab.checks import dict_keys, same_value
 from zerolab.config.reference import zero2_offload
 
@@ -363,12 +368,13 @@ except AssertionError as error:
 # silently rounding down.
 #
 # *Accepted:* an `int` (a float such as `8.0` is not), or a raised `ValueError` (or a subclass) when the numbers do
-# not divide. Hidden tests compare your function with DeepSpeed's own batch derivation on more inputs.
+# not divide. Hidden tests compare your function with DeepSpeed's own batch derivation on more inputs, so
+# `read_settings`, `check_config` and `DeepSpeedConfig` are off limits in your cell: do the arithmetic yourself.
 
-# %% [markdown] lang="zh" en="4e9a44aa821b"
+# %% [markdown] lang="zh" en="ce0b609b6ab8"
 # 编写 `gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size)`：返回梯度累积步数（`int`），当无法得到整数步数时，抛出带说明信息的 `ValueError`，而不是悄悄向下取整。
 #
-# *可接受的答案：* 一个 `int`（像 `8.0` 这样的 float 不行），或者在数字除不尽时抛出 `ValueError`（或其子类）。隐藏测试会在更多输入上把你的函数与 DeepSpeed 自己推导批大小的逻辑比较。
+# *可接受的答案：* 一个 `int`（像 `8.0` 这样的 float 不行），或者在数字除不尽时抛出 `ValueError`（或其子类）。隐藏测试会在更多输入上把你的函数与 DeepSpeed 自己推导批大小的逻辑比较，所以你的单元格里不能使用 `read_settings`、`check_config` 和 `DeepSpeedConfig`：请自己做这道算术。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_grad_accum", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_size):
@@ -383,6 +389,11 @@ def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_siz
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_grad_accum", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("gradient_accumulation_steps", ["zerolab.config.read_settings", "zerolab.config.check_config",
+                                         "deepspeed.runtime.config"], exercise="exercise 2",
+           instead="do the batch arithmetic yourself")
 from zerolab.checks import whole
 
 whole(gradient_accumulation_steps(32, 4, 1), "gradient_accumulation_steps(32, 4, 1)", "a whole number of steps")
@@ -540,18 +551,19 @@ else:
 #
 # Write `zero3_offload(config)`: return a **new** config (leave the argument unchanged) with `stage` 3 and both the
 # optimizer and the parameters offloaded to CPU with pinned memory; everything else stays as it was. Hidden tests
-# pass your result to DeepSpeed, try other configs and check that the input is unchanged.
+# pass your result to DeepSpeed, try other configs and check that the input is unchanged. The course's reference
+# configs (`zerolab.config.reference`) are off limits in your cell.
 #
 # *Accepted:* a new `dict` whose `zero_optimization` has `stage` 3 (an `int`) and `offload_optimizer` and
 # `offload_param` blocks with `device` `"cpu"` and `pin_memory` `True`; other fields of those blocks may stay. The
 # visible test also tries a config without a `zero_optimization` block.
 
-# %% [markdown] lang="zh" en="79673ab44578"
+# %% [markdown] lang="zh" en="61ea81179521"
 # ## 练习 4：带参数卸载的 ZeRO-3（2 分）
 #
 # 当连 fp16 参数都放不下时，ZeRO-3 把参数也切分，而 `offload_param` 把参数分片移到主机内存。`offload_param` 只在 stage 3 下生效：在 stage 2 下 DeepSpeed 会一声不吭地接受它，然后忽略它（stage 1/2 的优化器根本拿不到它；第 05 课会查出这个问题）。
 #
-# 编写 `zero3_offload(config)`：返回一份**新的**配置（不要改动传入的参数），其中 `stage` 为 3，优化器和参数都卸载到 CPU 并使用锁页内存；其余内容保持原样。隐藏测试会把你的结果交给 DeepSpeed，尝试其他配置，并检查输入没有被改动。
+# 编写 `zero3_offload(config)`：返回一份**新的**配置（不要改动传入的参数），其中 `stage` 为 3，优化器和参数都卸载到 CPU 并使用锁页内存；其余内容保持原样。隐藏测试会把你的结果交给 DeepSpeed，尝试其他配置，并检查输入没有被改动。你的单元格里不能使用课程的参考配置（`zerolab.config.reference`）。
 #
 # *可接受的答案：* 一个新的 `dict`，其 `zero_optimization` 中 `stage` 为 3（`int`），并且有 `offload_optimizer` 和 `offload_param` 两个块，其中 `device` 为 `"cpu"`、`pin_memory` 为 `True`；这两个块中的其他字段可以保留。可见测试还会尝试一个没有 `zero_optimization` 块的配置。
 
@@ -569,6 +581,10 @@ def zero3_offload(config):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_zero3_offload", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("zero3_offload", ["zerolab.config.reference"], exercise="exercise 4",
+           instead="copy the config and set the blocks yourself")
 base = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": True},
         "zero_optimization": {"stage": 2, "overlap_comm": True}}
 from zerolab.checks import same_value

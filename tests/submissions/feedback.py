@@ -3,7 +3,8 @@
 VARIANTS[lesson][exercise grade_id] = {"wrong": [(cell source, words its message must contain), ...],
                                        "right": [cell source, ...]}
 A wrong answer must score 0 on its test cell with an AssertionError whose message contains the words (the mistake
-class first: "wrong type", "wrong unit", "wrong case", "missing key", ...). A right answer, written in another
+class first: "wrong type", "wrong unit", "wrong case", "missing key", "off limits", ...); the words may be a pair
+(words, words the message must not contain). No wrong answer's message may contain the expected value. A right answer, written in another
 style than the course's solution, must earn the cell's full points.
 """
 
@@ -73,12 +74,14 @@ L01 = {
              "popular figure"),
             ("def fraction_kept(stage, gpus):\n    kept = (2 / gpus if stage >= 3 else 2) + (2 / gpus if stage >= 1 else 2)"
              " + (12 / gpus if stage >= 1 else 12)\n    return kept / 16\n", "each stage keeps less"),
+            ("from zerolab import memory as m\ndef fraction_kept(stage, gpus):\n"
+             "    return m.estimate(10**9, stage, gpus_per_node=gpus).gpu_bytes / m.estimate(10**9, 0).gpu_bytes\n",
+             "off limits"),
         ],
         "right": [
             "def fraction_kept(stage, gpus):\n    per_param = [16, 4 + 12 / gpus, 2 + 14 / gpus, 16 / gpus]\n"
             "    return per_param[stage] / per_param[0]\n",
-            "from zerolab import memory as m\ndef fraction_kept(stage, gpus):\n"
-            "    return m.estimate(10**9, stage, gpus_per_node=gpus).gpu_bytes / m.estimate(10**9, 0).gpu_bytes\n",
+            "def fraction_kept(stage, gpus):\n    return per_gpu_bytes(10**9, stage, gpus) / per_gpu_bytes(10**9, 0, gpus)\n",
             "from fractions import Fraction\ndef fraction_kept(stage, gpus):\n"
             "    k = [Fraction(2), Fraction(2), Fraction(12)]\n    for i in range(stage):\n        k[2 - i] /= gpus\n"
             "    return float(sum(k) / 16)\n",
@@ -96,13 +99,15 @@ L01 = {
              "wrong type"),
             ("def deepspeed_zero2_gib(params, gpus):\n    g = (2 * params + 18 * params / gpus) / 2**30\n"
              "    return (g * 2, g)\n", "wrong type"),
+            ("import os\nos.environ.setdefault('DS_ACCELERATOR', 'cpu')\n"
+             "from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as f\n"
+             "def deepspeed_zero2_gib(params, gpus):\n"
+             "    return f(params, num_gpus_per_node=gpus, num_nodes=1, cpu_offload=False)[1] / 1024**3\n", "off limits"),
         ],
         "right": [
             "def deepspeed_zero2_gib(params, gpus):\n    return (2 + 18 / gpus) * params / 2**30\n",
-            "import os\nos.environ.setdefault('DS_ACCELERATOR', 'cpu')\n"
-            "from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as f\n"
-            "def deepspeed_zero2_gib(params, gpus):\n"
-            "    return f(params, num_gpus_per_node=gpus, num_nodes=1, cpu_offload=False)[1] / 1024**3\n",
+            "def deepspeed_zero2_gib(params, gpus):\n    whole, partitioned = 2 * params, 18 * params // gpus\n"
+            "    return (whole + partitioned) / 1024**3\n",
             "def deepspeed_zero2_gib(params, gpus):\n    return round((2 * params + 18 * params // gpus) / GiB, 3)\n",
         ],
     },
@@ -417,3 +422,296 @@ VARIANTS["07_interview_drill"] = L07
 
 # Exercises another session edits at the same time as this suite was written: no variants yet.
 NOT_COVERED = {"07_interview_drill": {"ex11_offload_pcie"}}
+
+
+def _split(body):
+    return "def offload_split(params, gpus):\n" + body
+
+
+def _host(body):
+    return "def deepspeed_host_gib(params, gpus_per_node, nodes):\n" + body
+
+
+def _pcie(body):
+    return "def pcie_bytes(params, gpus, grad_accum):\n" + body
+
+
+def _seconds(body):
+    return "def pcie_seconds(params, gpus, grad_accum, link):\n" + body
+
+
+_PCIE = ("    p = params / gpus\n    acc = grad_accum if grad_accum > 1 else 0\n"
+         "    return {'to_host': %s, 'to_gpu': %s}\n")
+_MOVED = "    t = comm.traffic(params, 2, gpus, grad_accum=grad_accum, offload_optimizer='cpu')\n"
+L02 = {
+    "ex1_offload_split": {
+        "wrong": [(_split("    e = memory.estimate(params, 2, gpus_per_node=gpus, offload_optimizer='cpu')\n"
+                          "    return {'gpu': e.gpu_bytes, 'host': e.cpu_bytes}\n"), "off limits"),
+                  ("from zerolab import memory as m\n" + _split(
+                      "    e = getattr(m, 'estimate')(params, 2, gpus_per_node=gpus, offload_optimizer='cpu')\n"
+                      "    return {'gpu': e.gpu_bytes, 'host': e.cpu_bytes}\n"), "off limits"),
+                  (_split("    return {'gpu': 2 * params, 'host': 14 * params / gpus}\n"), "should not depend"),
+                  (_split("    return {'gpu': params, 'host': 7 * params}\n"), "elements"),
+                  (_split("    return [2 * params, 14 * params]\n"), "wrong type"),
+                  (_split("    return {'gpu': 2 * params / 1e9, 'host': 14 * params / 1e9}\n"), "wrong unit")],
+        "right": [_split("    fp16 = 2 * params\n    return {'gpu': fp16, 'host': fp16 + 12 * params}\n"),
+                  _split("    return {'gpu': 2 * params, 'host': sum(b * params for b in (2, 4, 4, 4))}\n"),
+                  _split("    part = params / gpus\n    return dict(gpu=2.0 * params, host=gpus * (14 * part))\n")],
+    },
+    "ex2_deepspeed_host_gib": {
+        "wrong": [(_host("    e = memory.estimate(params, 2, gpus_per_node=gpus_per_node, num_nodes=nodes,"
+                         " offload_optimizer='cpu', accounting='deepspeed')\n    return e.cpu_bytes / GiB\n"),
+                   "off limits"),
+                  ("from deepspeed.runtime.zero import stage_1_and_2 as s\n" + _host(
+                      "    return s.estimate_zero2_model_states_mem_needs(params, gpus_per_node, nodes,"
+                      " cpu_offload=True)[0] / GiB\n"), "off limits"),
+                  (_host("    return max(16, 4 * gpus_per_node * nodes) * params * 1.5 / 1e9\n"), "wrong unit"),
+                  (_host("    return max(16, 4 * gpus_per_node * nodes) * params * 1.5\n"), "wrong unit"),
+                  # these divided by 2**30: their message must not say what GiB means
+                  (_host("    return max(16, 4 * gpus_per_node) * params * 1.5 / 2**30\n"), ("GPUs of one node", "2**30")),
+                  (_host("    return max(16, 4 * gpus_per_node * nodes) * params / 2**30\n"),
+                   ("additional_buffer_factor", "2**30"))],
+        "right": [_host("    offloaded = 16 * params\n    peak = 4 * params * gpus_per_node * nodes\n"
+                        "    return max(offloaded, peak) * 1.5 / 2**30\n"),
+                  _host("    return max(16, 4 * gpus_per_node * nodes) * params * memory.DEFAULT_BUFFER_FACTOR / GiB\n"),
+                  _host("    return float(max(16 * params, 4 * params * gpus_per_node * nodes)) * 3 / 2 / 1024**3\n")],
+    },
+    "ex3_pcie_bytes": {
+        "wrong": [(_pcie(_MOVED + "    return {'to_host': t.device_to_host_bytes, 'to_gpu': t.host_to_device_bytes}\n"),
+                   "off limits"),
+                  (_pcie("    t = getattr(comm, 'traffic')(params, 2, gpus, grad_accum=grad_accum,"
+                         " offload_optimizer='cpu')\n"
+                         "    return {'to_host': t.device_to_host_bytes, 'to_gpu': t.host_to_device_bytes}\n"),
+                   "off limits"),
+                  (_pcie(_PCIE % ("4 * p + 2 * p * acc", "2 * p + 2 * p * acc")), "one time fewer"),
+                  (_pcie(_PCIE % ("2 * p + 2 * p * acc", "2 * p + 2 * p * max(0, acc - 1)")), "compare the precision"),
+                  (_pcie(_PCIE % ("4 * params + 2 * params * acc", "2 * params + 2 * params * max(0, acc - 1)")),
+                   "only moves the partition"),
+                  (_pcie(_PCIE % ("8 * (4 * p + 2 * p * acc)", "8 * (2 * p + 2 * p * max(0, acc - 1))")),
+                   "bits where bytes belong")],
+        "right": [_pcie("    p = params / gpus\n    if grad_accum == 1:\n        return {'to_host': 4 * p, 'to_gpu': 2 * p}\n"
+                        "    return {'to_host': 4 * p + 2 * p * grad_accum, 'to_gpu': 2 * p * grad_accum}\n"),
+                  _pcie("    n = params // gpus\n    extra = grad_accum if grad_accum > 1 else 0\n"
+                        "    return dict(to_host=n * (4 + 2 * extra), to_gpu=n * 2 * max(1, extra))\n"),
+                  _pcie(_PCIE % ("float(4 * p + 2 * p * acc)", "2.0 * p * max(1, acc)"))],
+    },
+    "ex4_pcie_seconds": {
+        "wrong": [(_seconds(_MOVED + "    return comm.transfer_time(t.device_to_host_bytes + t.host_to_device_bytes, link)\n"),
+                   "off limits"),
+                  (_seconds(_MOVED + "    return 1000 * (t.device_to_host_bytes + t.host_to_device_bytes)"
+                                     " / comm.bandwidth(link)\n"), "milliseconds"),
+                  (_seconds(_MOVED + "    return 8 * (t.device_to_host_bytes + t.host_to_device_bytes)"
+                                     " / comm.bandwidth(link)\n"), "bits where bytes belong"),
+                  (_seconds(_MOVED + "    return t.device_to_host_bytes / comm.bandwidth(link)\n"), "one direction only"),
+                  ("import numpy as np\n" + _seconds(_MOVED + "    return np.float64((t.device_to_host_bytes"
+                                                              " + t.host_to_device_bytes) / comm.bandwidth(link))\n"),
+                   "plain Python data")],
+        "right": [_seconds("    moved = pcie_bytes(params, gpus, grad_accum)\n"
+                           "    return (moved['to_host'] + moved['to_gpu']) / comm.bandwidth(link)\n"),
+                  _seconds(_MOVED + "    return t.device_to_host_bytes / comm.bandwidth(link)"
+                                    " + t.host_to_device_bytes / comm.bandwidth(link)\n"),
+                  _seconds("    p = params / gpus\n    acc = grad_accum if grad_accum > 1 else 0\n"
+                           "    both = 4 * p + 2 * p * acc + 2 * p + 2 * p * max(0, acc - 1)\n"
+                           "    return both / comm.bandwidth(link)\n")],
+    },
+}
+
+VARIANTS["02_offload"] = L02
+
+
+def _volume(body):
+    return "def volume_in_params(stage, grad_accum):\n" + body
+
+
+def _wire(body):
+    return "def wire_bytes(params, stage, gpus, grad_accum):\n" + body
+
+
+def _calls(body):
+    return "def reduce_calls(params, grad_accum, reduce_bucket_size):\n" + body
+
+
+_VOLUME = "    v = {0: 2, 1: 2, 2: grad_accum + 1, 3: 3 * grad_accum}[stage]\n"
+L03 = {
+    "ex1_volume_in_params": {
+        "wrong": [(_volume("    return comm.traffic(10**9, stage, 8, grad_accum=grad_accum).volume_in_params\n"),
+                   "off limits"),
+                  ("from zerolab.comm import traffic as t\n"
+                   + _volume("    return t(1, stage, 2, grad_accum=grad_accum).volume_in_params\n"), "off limits"),
+                  (_volume("    return 2 * {0: 2, 1: 2, 2: grad_accum + 1, 3: 3 * grad_accum}[stage]\n"),
+                   "counts each collective twice"),
+                  (_volume("    return {0: 2, 1: 2, 2: 2, 3: 3}[stage]\n"), "every micro-step"),
+                  (_volume("    return {0: 2, 1: grad_accum + 1, 2: grad_accum + 1, 3: 3 * grad_accum}[stage]\n"),
+                   "only at the accumulation boundary"),
+                  (_volume("    return {0: 2, 1: 2, 2: grad_accum + 1, 3: 2 + grad_accum}[stage]\n"),
+                   "once per micro-step")],
+        "right": [_volume("    return {0: 2, 1: 2, 2: 1 + grad_accum, 3: 3 * grad_accum}[stage]\n"),
+                  _volume("    return 2.0 if stage < 2 else (grad_accum + 1.0 if stage == 2 else 3.0 * grad_accum)\n"),
+                  _volume("    if stage <= 1:\n        return 1 + 1\n    if stage == 2:\n        return grad_accum * 1 + 1\n"
+                          "    return grad_accum * (1 + 1 + 1)\n")],
+    },
+    "ex2_wire_bytes": {
+        "wrong": [(_wire("    return comm.traffic(params, stage, gpus, grad_accum=grad_accum).wire_bytes\n"), "off limits"),
+                  (_wire(_VOLUME + "    return v * params * (gpus - 1) / gpus * 16\n"), "bits where bytes belong"),
+                  (_wire(_VOLUME + "    return v * params * 2\n"), "(N-1)/N"),
+                  (_wire(_VOLUME + "    return v * params * (gpus - 1) / gpus\n"), "elements"),
+                  (_wire(_VOLUME + "    return 2 * v * params * (gpus - 1) / gpus * 2\n"), "counts the collectives twice")],
+        "right": [_wire("    return volume_in_params(stage, grad_accum) * params * 2 * (gpus - 1) / gpus\n"),
+                  _wire("    if gpus == 1:\n        return 0\n" + _VOLUME + "    return 2 * v * params - 2 * v * params / gpus\n"),
+                  _wire(_VOLUME + "    return v * params * 2 * (gpus - 1) // gpus\n")],
+    },
+    "ex3_reduce_calls": {
+        "wrong": [(_calls("    t = comm.traffic(params, 2, 8, grad_accum=grad_accum, reduce_bucket_size=reduce_bucket_size)\n"
+                          "    return sum(c.buckets * c.times for c in t.collectives if c.op == 'reduce-scatter')\n"),
+                   "off limits"),
+                  (_calls("    return params / reduce_bucket_size * grad_accum\n"), "partly filled"),
+                  (_calls("    return params // reduce_bucket_size * grad_accum\n"), "partly filled"),
+                  (_calls("    return -(-params // reduce_bucket_size)\n"), "every micro-step"),
+                  (_calls("    import math\n    return math.ceil(params / reduce_bucket_size) * 1.0 * grad_accum\n"),
+                   "plain int"),
+                  (_calls("    return -(-params * grad_accum // reduce_bucket_size)\n"), "not right")],
+        "right": [_calls("    return -(-params // reduce_bucket_size) * grad_accum\n"),
+                  "import math\n" + _calls("    return int(math.ceil(params / reduce_bucket_size)) * grad_accum\n"),
+                  _calls("    buckets, rest = divmod(params, reduce_bucket_size)\n"
+                         "    return (buckets + (rest > 0)) * grad_accum\n")],
+    },
+}
+
+VARIANTS["03_overlap_comm"] = L03
+
+# A later exercise that calls a wrong earlier one: graded with the course's earlier function, full points, and a note
+# naming the earlier function. CASCADES[lesson] = [({grade_id: source}, test grade_id, words in its output)]
+CASCADES = {
+    "01_where_memory_goes": [({"ex2_per_gpu_bytes": L01["ex2_per_gpu_bytes"]["wrong"][3][0],
+                               "ex3_fraction_kept": L01["ex3_fraction_kept"]["right"][1]},
+                              "test_ex3_fraction_kept", "exercise 3 is graded with the course's per_gpu_bytes")],
+    "02_offload": [({"ex3_pcie_bytes": L02["ex3_pcie_bytes"]["wrong"][2][0],
+                     "ex4_pcie_seconds": L02["ex4_pcie_seconds"]["right"][0]},
+                    "test_ex4_pcie_seconds", "exercise 4 is graded with the course's pcie_bytes"),
+                   ({"ex4_pcie_seconds": L02["ex4_pcie_seconds"]["right"][0]},
+                    "test_ex4_pcie_seconds", "your pcie_bytes from exercise 3 gives an error (NotImplementedError)")],
+    "03_overlap_comm": [({"ex1_volume_in_params": L03["ex1_volume_in_params"]["wrong"][2][0],
+                          "ex2_wire_bytes": L03["ex2_wire_bytes"]["right"][0]},
+                         "test_ex2_wire_bytes", "exercise 2 is graded with the course's volume_in_params")],
+}
+
+
+def _opt(body):
+    return "def optimizer_bytes(params, stage, ranks):\n" + body
+
+
+def _train(body):
+    return "def training_bytes(params, stage, ranks):\n" + body
+
+
+def _split6(body):
+    return "def offload_split(params, stage, ranks, offload_optimizer, offload_param):\n" + body
+
+
+def _traffic(body):
+    return "def offload_traffic(params, ranks, grad_accum, precision):\n" + body
+
+
+_OPT = "    share = params / ranks if %s else params\n    return {'master_weights': %s, 'optimizer_states': %s}\n"
+_TRAIN = "    return {'params': %s * params / (ranks if stage >= %s else 1), 'grads': %s * params / (ranks if stage >= %s else 1)}\n"
+_SPLIT6 = ("    def share(nbytes, partitioned_from):\n        return nbytes * params / (ranks if stage >= partitioned_from else 1)\n"
+           "    parts = {'params': share(2, 3), 'grads': share(2, 2), 'master_weights': share(4, 1),"
+           " 'optimizer_states': share(8, 1)}\n    on_host = set()\n"
+           "    if offload_optimizer == 'cpu':\n        on_host |= {'master_weights', 'optimizer_states'}%s\n"
+           "    if offload_param == 'cpu'%s:\n        on_host.add('params')\n"
+           "    host = sum(v for k, v in parts.items() if k in on_host)\n"
+           "    return {'device': sum(parts.values()) - host, 'host': host%s}\n")
+_GRADS_FROM_2 = " | ({'grads'} if stage >= 2 else set())"
+_TRAFFIC = ("    p = params / %s\n    e = %s\n    acc = grad_accum if grad_accum > 1 else 0\n"
+            "    return {'to_host': %s * p + e * p * acc, 'to_device': e * p + e * p * %s}\n")
+L06 = {
+    "ex1_optimizer_bytes": {
+        "wrong": [(_opt("    e = memory.estimate(params, stage, gpus_per_node=ranks, precision='bf16').breakdown['gpu']\n"
+                        "    return {k: e[k] for k in ('master_weights', 'optimizer_states')}\n"), "off limits"),
+                  (_opt(_OPT % ("stage", "share", "2 * share")), "elements"),
+                  (_opt(_OPT % ("True", "4 * share", "8 * share")), "partitions nothing"),
+                  (_opt(_OPT % ("stage >= 2", "4 * share", "8 * share")), "stage 1 partitions"),
+                  (_opt(_OPT % ("stage", "4 * share", "12 * share")), "two fp32 moments"),
+                  (_opt("    return [4 * params, 8 * params]\n"), "wrong type")],
+        "right": [_opt("    n = ranks if stage else 1\n"
+                       "    return {'master_weights': 4 * params // n, 'optimizer_states': 8 * params // n}\n"),
+                  _opt("    share = params / (ranks if stage >= 1 else 1)\n"
+                       "    return dict(master_weights=int(4 * share + 0.5), optimizer_states=int(8 * share + 0.5))\n"),
+                  _opt("    n = ranks if stage > 0 else 1\n"
+                       "    return {'master_weights': -(-4 * params // n), 'optimizer_states': -(-8 * params // n)}\n")],
+    },
+    "ex2_training_bytes": {
+        "wrong": [("from zerolab.memory import estimate as e\n"
+                   + _train("    g = e(params, stage, gpus_per_node=ranks, precision='bf16').breakdown['gpu']\n"
+                            "    return {'params': g['params'], 'grads': g['grads']}\n"), "off limits"),
+                  (_train(_TRAIN % (4, 3, 4, 2)), "bf16 is a 16-bit type"),
+                  (_train(_TRAIN % (1, 3, 1, 2)), "elements"),
+                  (_train(_TRAIN % (2, 3, 2, 1)), "partitions only the optimizer states"),
+                  (_train(_TRAIN % (2, 2, 2, 2)), "keeps whole parameters"),
+                  (_train("    return (2 * params, 2 * params)\n"), "wrong type")],
+        "right": [_train(_TRAIN % (2, 3, 2, 2)),
+                  _train("    p = 2 * params // ranks if stage == 3 else 2 * params\n"
+                         "    g = 2 * params // ranks if stage >= 2 else 2 * params\n    return {'params': p, 'grads': g}\n"),
+                  _train("    out = {'params': 2 * params, 'grads': 2 * params}\n"
+                         "    for key, stage_from in (('grads', 2), ('params', 3)):\n"
+                         "        if stage >= stage_from:\n            out[key] = round(out[key] / ranks)\n    return out\n")],
+    },
+    "ex3_offload_split": {
+        "wrong": [(_split6("    o, t = optimizer_bytes(params, stage, ranks), training_bytes(params, stage, ranks)\n"
+                           "    states = {**o, **t}\n    host = sum(states[k] for k in ('master_weights', 'optimizer_states'))"
+                           " if offload_optimizer == 'cpu' else 0\n"
+                           "    return {'device': sum(states.values()) - host, 'host': host}\n"), "off limits"),
+                  (_split6("    e = memory.estimate(params, stage, gpus_per_node=ranks, offload_optimizer=offload_optimizer,"
+                           " offload_param=offload_param, precision='bf16')\n"
+                           "    return {'device': e.gpu_bytes, 'host': e.cpu_bytes / ranks}\n"), "off limits"),
+                  (_split6(_SPLIT6 % (_GRADS_FROM_2, "", " * ranks")), "offload moves bytes"),
+                  (_split6(_SPLIT6 % ("", "", "")), "keeps only the whole 16-bit parameters"),
+                  (_split6(_SPLIT6 % (_GRADS_FROM_2, " and False", "")), "leaves no model states"),
+                  (_split6(_SPLIT6 % (" | {'grads'}", "", "")), "is not right: which model states does stage 1 keep")],
+        "right": [_split6(_SPLIT6 % (_GRADS_FROM_2, "", "")),
+                  _split6("    n = lambda s: ranks if stage >= s else 1\n"
+                          "    p, g, m, o = 2 * params / n(3), 2 * params / n(2), 4 * params / n(1), 8 * params / n(1)\n"
+                          "    host = 0\n    if offload_optimizer == 'cpu':\n        host += m + o + (g if stage >= 2 else 0)\n"
+                          "    if offload_param == 'cpu':\n        host += p\n"
+                          "    return {'device': round(p + g + m + o - host), 'host': round(host)}\n"),
+                  _split6("    per = {'params': (2, 3), 'grads': (2, 2), 'master_weights': (4, 1), 'optimizer_states': (8, 1)}\n"
+                          "    out = {'device': 0, 'host': 0}\n    for name, (b, s) in per.items():\n"
+                          "        size = b * params // (ranks if stage >= s else 1)\n"
+                          "        moved = (offload_optimizer == 'cpu' and (name in ('master_weights', 'optimizer_states')"
+                          " or (name == 'grads' and stage >= 2))) or (offload_param == 'cpu' and name == 'params')\n"
+                          "        out['host' if moved else 'device'] += size\n    return out\n")],
+    },
+    "ex4_offload_traffic": {
+        "wrong": [("from zerolab import deepspeed_traffic as dt\n"
+                   + _traffic("    d, u = dt.offload_bytes(params, 2, ranks, grad_accum, precision, 'cpu')\n"
+                              "    return {'to_host': d, 'to_device': u}\n"), "off limits"),
+                  (_traffic(_TRAFFIC % ("ranks", "4", "4", "max(0, acc - 1)")), "bf16 is a 16-bit type"),
+                  (_traffic(_TRAFFIC % ("ranks", "4 if precision == 'fp32' else 2", "4", "acc")),
+                   "the updated partition back in the training precision"),
+                  (_traffic(_TRAFFIC % ("ranks", "4 if precision == 'fp32' else 2", "e", "max(0, acc - 1)")), "as fp32"),
+                  (_traffic(_TRAFFIC % ("1", "4 if precision == 'fp32' else 2", "4", "max(0, acc - 1)")),
+                   "each rank copies only its partition"),
+                  (_traffic("    return [4 * params / ranks, 2 * params / ranks]\n"), "wrong type")],
+        "right": [_traffic(_TRAFFIC % ("ranks", "4 if precision == 'fp32' else 2", "4", "max(0, acc - 1)")),
+                  _traffic("    p = params / ranks\n    e = {'bf16': 2, 'fp32': 4}[precision]\n"
+                           "    if grad_accum == 1:\n        return {'to_host': round(4 * p), 'to_device': round(e * p)}\n"
+                           "    return {'to_host': round(4 * p + e * p * grad_accum), 'to_device': round(e * p * grad_accum)}\n"),
+                  _traffic("    part = params // ranks\n    size = 2 if precision == 'bf16' else 4\n"
+                           "    micro = grad_accum if grad_accum > 1 else 0\n"
+                           "    return dict(to_host=part * (4 + size * micro), to_device=part * size * max(1, micro))\n")],
+    },
+}
+
+VARIANTS["06_predict_then_measure"] = L06
+
+# The course's reference answers are off limits (issue 23): one more wrong answer each for lesson 04.
+L04["ex1_build_config"]["wrong"].append(
+    ("from zerolab.config.reference import zero2_offload as given\ndef build_deepspeed_config():\n    return given()\n",
+     "off limits"))
+L04["ex2_grad_accum"]["wrong"].append(
+    (_accum("    from zerolab.config import read_settings\n"
+            "    return read_settings({'train_batch_size': train_batch_size, 'train_micro_batch_size_per_gpu':"
+            " micro_batch_per_gpu}, world_size=world_size).grad_accum\n"), "off limits"))
+L04["ex4_zero3_offload"]["wrong"].append(
+    ("import importlib\ndef zero3_offload(config):\n"
+     "    return importlib.import_module('zerolab.config.reference').zero3_offload(config)\n", "off limits"))
