@@ -36,7 +36,7 @@ def mutate_all(grade_id, *pairs):
 
 PARTITION = "ex1_partition"
 ZERO1 = "ex2_sharded_adamw"
-ZERO2 = "ex3_shard_gradients"
+ZERO2 = "ex3_zero2_gradients"
 
 # name: (exercise, how to build the cell, fragment of the message it must get). ZeRO-1 cases run with two parameter
 # groups (model.NO_DECAY_ON_BIASES), as the hidden test does; PARTITION cases run in this process, as ex1 does.
@@ -111,17 +111,6 @@ WRONG = {
         "self.world_size, self.rank = dist.get_world_size(), dist.get_rank()\n"
         "        __builtins__['__import__']('torch.distributed.' + 'optim')"),
         "imports torch.distributed.optim"),
-    "zero2_gradients_summed": (ZERO2, lambda: mutate(
-        ZERO2, "p.grad_shard = piece / world_size", "p.grad_shard = piece"),
-        "summed over the 2 ranks, not averaged"),
-    "zero2_shard_is_a_view_of_the_full_gradient": (ZERO2, lambda: mutate(
-        ZERO2, "p.grad_shard = piece / world_size",
-        "p.grad.view(-1)[start:end] = piece / world_size\n"
-        "                p.grad_shard = p.grad.view(-1)[start:end]"),
-        "some gradient memory outside the rank's share stays alive"),
-    "zero2_full_gradients_kept": (ZERO2, lambda: mutate(
-        ZERO2, "    for p in params:\n        p.grad = None", "    pass"),
-        "still has a .grad on rank 0: the full gradients are not freed"),
 }
 
 # Defensible answers that differ from the solution and must get full marks.

@@ -6,6 +6,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from handmade_cases import LESSON, solution_cell
 from zerolab.handmade import harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,13 +79,8 @@ def test_the_counter_leaves_torch_distributed_as_it_found_it():
 
 
 def draft_cell(grade_id):
-    """The solution cell ``grade_id`` of the draft autograder/src/_08_draft_zero2.py, markers removed."""
-    text = (ROOT / "autograder" / "src" / "_08_draft_zero2.py").read_text()
-    start = text.index(f'"grade_id": "{grade_id}"')
-    body = text[text.index("\n", start) + 1:]
-    body = body[:body.index("\n# %%")] if "\n# %%" in body else body
-    return "\n".join(line for line in body.splitlines()
-                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    """The solution cell ``grade_id`` of lesson 08 as a learner who solved it would have it (markers removed)."""
+    return solution_cell(grade_id)
 
 
 def mutate(grade_id, old, new):
@@ -202,15 +198,11 @@ def test_each_wrong_mixed_precision_gets_its_named_verdict(name):
 
 
 def release_cell(grade_id):
-    """The exercise cell as the release gives it: each solution block replaced by nbgrader's stub."""
-    import re
+    """The exercise cell as the student release gives it (lessons/08_zero_from_scratch.ipynb)."""
+    import nbformat
 
-    text = (ROOT / "autograder" / "src" / "_08_draft_zero2.py").read_text()
-    start = text.index(f'"grade_id": "{grade_id}"')
-    body = text[text.index("\n", start) + 1:]
-    body = body[:body.index("\n# %%")]
-    return re.sub(r"( *)### BEGIN SOLUTION\n.*?### END SOLUTION", r"\1# YOUR CODE HERE\n\1raise NotImplementedError()",
-                  body, flags=re.S)
+    nb = nbformat.read(str(ROOT / "lessons" / f"{LESSON}.ipynb"), as_version=4)
+    return next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
 
 
 @pytest.mark.slow

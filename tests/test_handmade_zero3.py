@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import handmade_cases
 from zerolab.handmade import zero3_grade, zero3_verdict
 from zerolab.handmade import zero3_model as deep
 
@@ -17,20 +18,8 @@ HIDDEN = {"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1}  #
 
 
 def solution_cell():
-    """The exercise cell as a learner who solved it would have it: from the draft until it is spliced into the
-    lesson, then from the built lesson."""
-    import jupytext
-    import nbformat
-
-    draft = ROOT / "autograder" / "src" / "_08_draft_zero3.py"
-    if draft.exists():
-        cells = jupytext.read(draft, fmt="py:percent").cells
-    else:
-        lesson = "08_zero_from_scratch"
-        cells = nbformat.read(str(ROOT / "autograder" / "source" / lesson / f"{lesson}.ipynb"), as_version=4).cells
-    cell = next(c for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == GRADE_ID)
-    return "\n".join(line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line
-                     and "### END SOLUTION" not in line)
+    """The exercise cell as a learner who solved it would have it (markers removed)."""
+    return handmade_cases.solution_cell(GRADE_ID)
 
 
 def mutate(old, new):

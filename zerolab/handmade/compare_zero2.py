@@ -2,7 +2,7 @@
 lesson 08's ZeRO-2 exercise: gradients reduced from post-accumulate-grad hooks a bucket at a time to the ranks
 that own them (the flat, padded partition of zerolab.handmade.partition), the rest freed; the averaged shard is
 left in ``p.grad_shard`` for the course's ZeRO-1 optimizer (zerolab.handmade.sharded). It is the exercise's
-solution as written on branch l08-zero2, kept here so that the engine has one to run.
+solution (autograder/src/08_zero_from_scratch.py, exercise 3), kept here so that the engine has one to run.
 """
 import torch
 import torch.distributed as dist
@@ -20,24 +20,24 @@ class Zero2Gradients:
         self.waiting = []
         self.used = self.arrived = 0
         for index, p in enumerate(self.params):
-            p.register_post_accumulate_grad_hook(lambda p, index=index: self._arrived(index, p))
+            p.register_post_accumulate_grad_hook(lambda p, index=index: self.gradient_arrived(index, p))
 
-    def _arrived(self, index, p):
+    def gradient_arrived(self, index, p):
         grad, p.grad = p.grad.reshape(-1), None
         fits = grad.numel() <= self.bucket.numel()
         if not fits or self.used + grad.numel() > self.bucket.numel():
-            self._reduce()
+            self.send_bucket()
         if fits:
             grad = self.bucket[self.used:self.used + grad.numel()].copy_(grad)
             self.used += grad.numel()
         self.waiting.append((index, grad))
         self.arrived += 1
         if not fits or self.arrived == len(self.params):
-            self._reduce()
+            self.send_bucket()
         if self.arrived == len(self.params):
             self.arrived = 0
 
-    def _reduce(self):
+    def send_bucket(self):
         for index, grad in self.waiting:
             for owner, ranges in enumerate(self.shares):
                 for i, start, end in ranges:

@@ -32,14 +32,6 @@ def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None, groups=Non
     return results
 
 
-def zero2(ranks, hyper=None, steps=4, name="shard_gradients", cell=None):
-    """Shard gradients with the learner's shard_gradients on ``ranks`` ranks; raise what it got wrong."""
-    hyper = dict(hyper or DEFAULT_HYPER)
-    results = _run("zero2", name, cell, ranks, hyper=hyper, steps=steps)
-    _raise(verdict.zero2_problem(results, hyper, steps))
-    return results
-
-
 def learner_cell(name, cell=None):
     """The learner's cell that defines ``name``; AssertionError (scored 0) when it calls a ready-made ZeRO."""
     text = cell if cell is not None else source.cell_defining(name)
@@ -115,12 +107,3 @@ def side_by_side(stage1_config, ranks=2, hyper=None, steps=4, cell=None):
     except harness.RanksFailed as failure:
         raise AssertionError(str(failure)) from None
     return results
-
-
-def zero3_sketch(ranks=2, cell=None):
-    """Run the lesson's ZeRO-3 sketch (zero3_step) on ``ranks`` ranks: elements moved, and its gradient's gap."""
-    text = cell if cell is not None else source.cell_defining("zero3_step")
-    try:
-        return harness.run({"kind": "zero3_sketch", "source": text}, ranks)
-    except harness.RanksFailed as failure:
-        raise AssertionError(str(failure)) from None

@@ -48,8 +48,7 @@ def run(job, rank):
         result = _runner(kind)(job, learner_namespace(job["source"]) if "source" in job else None)
     else:
         namespace = learner_namespace(job["source"])
-        result = {"zero1": zero1_run, "zero2": zero2_run, "zero1_bytes": zero1_bytes_run,
-                  "zero3_sketch": zero3_sketch_run}[kind](job, namespace)
+        result = {"zero1": zero1_run, "zero1_bytes": zero1_bytes_run}[kind](job, namespace)
     dist.barrier()
     dist.destroy_process_group()
     return result
@@ -110,35 +109,6 @@ def zero1_run(job, namespace):
             "decay": {"hyper": decay, "before": before, "after": fixed.flat(frozen)}}
 
 
-def zero2_run(job, namespace):
-    import torch
-
-    from zerolab.handmade import model as fixed
-    from zerolab.handmade.sharded import ShardedAdamW
-
-    shard_gradients = namespace["shard_gradients"]
-    net = fixed.build()
-    _local_loss(net, 0).backward()
-    shard_gradients(net)
-    grads = []
-    for p in net.parameters():
-        shard = getattr(p, "grad_shard", None)
-        grads.append({"grad": p.grad is not None,
-                      "shard": shard.detach().reshape(-1).tolist() if torch.is_tensor(shard) else None,
-                      "shard_type": type(shard).__name__})
-    grad_bytes = held_bytes([p.grad for p in net.parameters()] + [getattr(p, "grad_shard", None)
-                                                                   for p in net.parameters()],
-                            exclude=list(net.parameters()))
-    net = fixed.build()
-    optimizer = ShardedAdamW(net.parameters(), **_hyper(job["hyper"]))
-    for step in range(job["steps"]):
-        optimizer.zero_grad()
-        _local_loss(net, step).backward()
-        shard_gradients(net)
-        optimizer.step()
-    return {"grads": grads, "grad_bytes": grad_bytes, "params": fixed.flat(net)}
-
-
 def zero1_bytes_run(job, namespace):
     """The learner's ZeRO-1 and DeepSpeed stage 1 side by side in the same ranks: parameters and bytes."""
     from zerolab.handmade import live
@@ -157,29 +127,6 @@ def zero1_bytes_run(job, namespace):
             "optimizer_state_bytes": memory[live.OTHER], "communication_bytes": memory[live.COMMUNICATION]}
     del optimizer, net, memory
     return {"handmade": mine, "deepspeed": deepspeed_run(job, int(os.environ["RANK"]))}
-
-
-def zero3_sketch_run(job, namespace):
-    """One step of the learner's ZeRO-3 sketch: what it moved, and how far its gradient is from the full batch's."""
-    import torch
-    import torch.distributed as dist
-
-    from zerolab.handmade import model as fixed
-
-    net = fixed.build()
-    moved, shards = namespace["zero3_step"](net, *_local_batch(0))
-    gathered = []
-    for shard in shards:  # the gradient shards of each layer, gathered here only to check them
-        pieces = [torch.empty_like(shard) for _ in range(dist.get_world_size())]
-        dist.all_gather(pieces, shard)
-        gathered.append(torch.cat(pieces))
-    reference = fixed.full_gradient()
-    got, offset = [], 0
-    for layer, flat in zip([m for m in net if isinstance(m, torch.nn.Linear)], gathered):
-        size = sum(p.numel() for p in layer.parameters())
-        got += flat[:size].tolist()
-    gap = max(abs(a - b) for a, b in zip(got, reference)) if len(got) == len(reference) else None
-    return {"moved": moved, "params": sum(fixed.numels(net)), "gradient_gap": gap}
 
 
 def deepspeed_run(job, rank):

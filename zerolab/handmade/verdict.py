@@ -7,7 +7,7 @@ import math
 
 from zerolab.handmade import model as fixed
 from zerolab.handmade.live import COMMUNICATION, OTHER
-from zerolab.handmade.partition import flat_partition, share_size
+from zerolab.handmade.partition import share_size
 
 # fp32, a handful of steps: all-reducing the ranks' gradients sums in a different order than one process
 # does, which moves a parameter by a few ulps; a real mistake moves it by orders of magnitude more.
@@ -150,56 +150,6 @@ def _coupled_decay(results):
     decoupled = fixed.zero_gradient_step(decay["hyper"], torch.optim.AdamW)
     return (all(_max_gap(r["decay"]["after"], coupled) <= COUPLED_ATOL for r in results)
             and _max_gap(coupled, decoupled) > 100 * COUPLED_ATOL)
-
-
-def zero2_problem(results, hyper, steps):
-    """What the learner's shard_gradients did wrong on these ranks, or None."""
-    world_size = len(results)
-    numels = fixed.numels(fixed.build())
-    shares = flat_partition(numels, world_size)
-    full = fixed.full_gradient()
-    offsets = [sum(numels[:i]) for i in range(len(numels))]
-    summed = False
-    for rank, result in enumerate(results):
-        owned = {index: (start, end) for index, start, end in shares[rank]}
-        for index, grad in enumerate(result["grads"]):
-            if grad["grad"]:
-                return (f"after shard_gradients, parameter {index} still has a .grad on rank {rank}: the full "
-                        "gradients are not freed")
-            if index not in owned:
-                if grad["shard"]:
-                    return f"rank {rank} keeps a grad_shard for parameter {index}, of which it owns no element"
-                continue
-            start, end = owned[index]
-            if grad["shard"] is None:
-                return (f"rank {rank} has no grad_shard (a 1-D tensor) on parameter {index}, of which it owns "
-                        f"{end - start} elements" + (f" (found a {grad['shard_type']})" if grad["shard_type"] !=
-                                                     "NoneType" else ""))
-            if len(grad["shard"]) != end - start:
-                return (f"rank {rank}'s grad_shard of parameter {index} has {len(grad['shard'])} elements; the rank "
-                        f"owns {end - start} of that parameter")
-            want = full[offsets[index] + start:offsets[index] + end]
-            if _max_gap(grad["shard"], want) > ATOL:
-                if _max_gap(grad["shard"], [world_size * w for w in want]) <= ATOL * world_size:
-                    summed = True
-                    continue
-                return (f"rank {rank}'s grad_shard of parameter {index} is not the averaged gradient of the elements "
-                        "it owns")
-    if summed:
-        return f"the gradients are summed over the {world_size} ranks, not averaged"
-    full_bytes = 4 * sum(numels)
-    for rank, result in enumerate(results):
-        if result["grad_bytes"] > full_bytes / world_size + GRAD_SLACK_BYTES:
-            return (f"rank {rank} still holds {result['grad_bytes']} bytes of gradients (all of them take "
-                    f"{full_bytes}): some gradient memory outside the rank's share stays alive")
-    problem = _drift_problem([r["params"] for r in results], steps)
-    if problem:
-        return problem
-    gap = _max_gap(results[0]["params"], fixed.reference(hyper, steps))
-    if gap > ATOL:
-        return (f"trained with sharded gradients, the parameters differ from torch.optim.AdamW on the full batch "
-                f"by up to {gap:.2e} after {steps} steps (tolerance {ATOL:g})")
-    return None
 
 
 def _ownership_problem(owned_per_rank, numels, groups=None):
