@@ -60,10 +60,6 @@ P13 = units.parse_count("13B")
 P75 = units.parse_count("7.5B")
 
 
-def close(answer, expected, rel=0.01):
-    return abs(answer - expected) <= rel * abs(expected)
-
-
 # %% [markdown]
 # ## Q01: bytes per parameter (1 point)
 #
@@ -750,11 +746,13 @@ Q11 = (_t.host_to_device_bytes + _t.device_to_host_bytes) / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex11_offload_pcie", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import close_to
+
 offloaded = comm.traffic(P13, 2, 8, offload_optimizer="cpu")
 expected = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
-assert isinstance(Q11, (int, float)), "Q11 should be a number of GB"
-assert not close(Q11, expected * 8), "that is the whole model; each GPU moves only its own partition"
-assert close(Q11, expected), "not right: which partition goes down to the host, which comes back up, at how many bytes per value?"
+close_to(Q11, expected, "Q11", 0.01, "GB",
+         hint="which partition goes down to the host, which comes back up, at how many bytes per value?",
+         slips={8: "that is the whole model; each GPU moves only its own partition"})
 ### BEGIN HIDDEN TESTS
 from zerolab import comm, units
 from zerolab.checks import plain
@@ -951,22 +949,25 @@ passed("Q13")
 
 # %% nbgrader={"grade": false, "grade_id": "ex14_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q14 = {"T4": "fp16", "A100": "bf16"}
+Q14 = {gpu: drill.precision(gpu) for gpu in ("T4", "A100")}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex14_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from zerolab.checks import choice, dict_keys
 
 dict_keys(Q14, ["T4", "A100"], "Q14")
-assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == "fp16", \
+assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == drill.precision("T4"), \
     "Q14['T4'] is not right: T4 is Turing (compute capability 7.5): it has no bf16 tensor cores"
-assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == "bf16", \
+assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == drill.precision("A100"), \
     "Q14['A100'] is not right: A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import choice, dict_keys, plain
 
+from zerolab import drill
+
 answer = dict_keys(plain(Q14, "Q14"), ["T4", "A100"], "Q14")
-assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == {"T4": "fp16", "A100": "bf16"}, \
+assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == \
+    {gpu: drill.precision(gpu) for gpu in ("T4", "A100")}, \
     "Q14 is not right"
 ### END HIDDEN TESTS
 passed("Q14")
@@ -1061,7 +1062,7 @@ passed("Q15")
 
 # %% nbgrader={"grade": false, "grade_id": "ex16_fsdp", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q16 = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
+Q16 = dict(drill.FSDP_STAGE)
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex16_fsdp", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -1070,14 +1071,18 @@ from zerolab.checks import dict_keys, whole
 dict_keys(Q16, ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16")
 for _name in Q16:
     whole(Q16[_name], f"Q16['{_name}']", "a ZeRO stage, 0 to 3")
-assert Q16["FULL_SHARD"] == 3, "Q16['FULL_SHARD'] is not right: FULL_SHARD shards parameters, gradients and optimizer states"
-assert Q16["SHARD_GRAD_OP"] == 2, "Q16['SHARD_GRAD_OP'] is not right: SHARD_GRAD_OP shards gradients and optimizer states"
-assert Q16["NO_SHARD"] == 0, "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
+assert Q16["FULL_SHARD"] == drill.FSDP_STAGE["FULL_SHARD"], \
+    "Q16['FULL_SHARD'] is not right: FULL_SHARD shards parameters, gradients and optimizer states"
+assert Q16["SHARD_GRAD_OP"] == drill.FSDP_STAGE["SHARD_GRAD_OP"], \
+    "Q16['SHARD_GRAD_OP'] is not right: SHARD_GRAD_OP shards gradients and optimizer states"
+assert Q16["NO_SHARD"] == drill.FSDP_STAGE["NO_SHARD"], \
+    "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
 ### BEGIN HIDDEN TESTS
+from zerolab import drill
 from zerolab.checks import dict_keys, plain
 
-assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == \
-    {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}, "Q16 is not right"
+assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == drill.FSDP_STAGE, \
+    "Q16 is not right"
 ### END HIDDEN TESTS
 passed("Q16")
 
