@@ -42,7 +42,7 @@ def execute(nb, tmp_path, language):
     os.environ.update(env)
     os.environ.pop("NBGRADER_EXECUTION", None)
     try:
-        client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+        client = NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
                                 resources={"metadata": {"path": str(tmp_path)}})
         client.on_notebook_start = poll_shell_in_slices(client)
         client.execute()
