@@ -453,66 +453,6 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Summary
-#
-# - Mixed-precision Adam keeps 2 + 2 + K bytes per parameter, K = 12 (fp32 master weights, momentum, variance):
-#   16 bytes, of which the 16-bit parameters are only an eighth.
-# - ZeRO-1 partitions the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the parameters. Per-GPU memory
-#   falls with the GPU count towards a floor for ZeRO-1 and ZeRO-2 (the copies they keep), towards zero for ZeRO-3.
-# - "Fraction kept" is not a constant: compute it for the GPU count you have.
-# - DeepSpeed's estimator counts an extra fp32 gradient partition and reports GiB; the paper reports GB.
-# - Model states are not everything: activations, communication buckets and fragmentation come on top.
-#
-# ## Interview questions
-#
-# **Q: Why does a model in fp16 need far more memory to train than its fp16 weights?**
-# A: Training keeps fp16 gradients and the optimizer's states: with Adam an fp32 master copy, momentum and variance.
-# The paper's accounting is 2 + 2 + 12 bytes per parameter, eight times the fp16 weights alone.
-#
-# **Q: Adam's states for a 13B model are 52 GB, right?**
-# A: No. 52 GB is one fp32 tensor of 13B values. Momentum and variance are two, and the fp32 master weights a third;
-# compute it with `memory.estimate` (section 1).
-#
-# **Q: What does each ZeRO stage partition, and which stage would you pick when memory is tight but the network is
-# slow?**
-# A: Stage 1 the optimizer states, stage 2 also the gradients, stage 3 also the parameters. ZeRO-1 and ZeRO-2 move
-# the same volume per step as DDP; ZeRO-3 moves about 1.5 times as much (lesson 03), so prefer ZeRO-2 when it fits.
-#
-# **Q: Does ZeRO-1 cut memory by 75%?**
-# A: Only in the limit of many GPUs, and only the model states. On 8 GPUs it keeps much more than a quarter,
-# because the fp16 parameters and gradients are still copied on every GPU (section 3).
-#
-# **Q: Why does DeepSpeed's estimate differ from the paper's?**
-# A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
-# fp32 load peak on the host; and it prints GiB labelled "GB".
-
-# %% [markdown] lang="zh" en="9e2b48f1ee4a"
-# ## 小结
-#
-# - 混合精度 Adam 每个参数保存 2 + 2 + K 字节，K = 12（fp32 主权重、动量、方差）：共 16 字节，其中 16 位参数只占八分之一。
-# - ZeRO-1 切分优化器状态，ZeRO-2 再切分梯度，ZeRO-3 再切分参数。每张 GPU 的显存随 GPU 数量增加而下降：ZeRO-1 和 ZeRO-2 趋近一个下限（即它们保留的副本），ZeRO-3 趋近于零。
-# - "保留比例"不是常数：要按你实际的 GPU 数量来算。
-# - DeepSpeed 的估算函数多算了一份 fp32 梯度分片，并以 GiB 报告；论文用的是 GB。
-# - 模型状态并不是全部：激活值、通信桶和显存碎片还要另算。
-#
-# ## 面试题
-#
-# **问：为什么一个 fp16 模型训练时需要的显存远多于它的 fp16 权重？**
-# 答：训练还要保存 fp16 梯度和优化器状态：用 Adam 时是一份 fp32 主副本、动量和方差。论文的口径是每个参数 2 + 2 + 12 字节，是单单 fp16 权重的八倍。
-#
-# **问：13B 模型的 Adam 状态是 52 GB，对吧？**
-# 答：不对。52 GB 只是一个含 13B 个值的 fp32 张量。动量和方差是两个，fp32 主权重是第三个；用 `memory.estimate` 算一下（第 1 节）。
-#
-# **问：每个 ZeRO stage 各切分什么？显存紧张但网络较慢时，你会选哪个 stage？**
-# 答：Stage 1 切分优化器状态，stage 2 再切分梯度，stage 3 再切分参数。ZeRO-1 和 ZeRO-2 每步的通信量与 DDP 相同；ZeRO-3 大约是它的 1.5 倍（第 03 课），所以放得下时优先选 ZeRO-2。
-#
-# **问：ZeRO-1 能把显存降低 75% 吗？**
-# 答：只有在 GPU 数量很多的极限情况下才是，而且只针对模型状态。在 8 张 GPU 上，它保留的远多于四分之一，因为 fp16 参数和梯度仍在每张 GPU 上复制（第 3 节）。
-#
-# **问：为什么 DeepSpeed 的估算与论文不同？**
-# 答：它计入了一份 fp32 梯度分片（切分的部分是 18 字节而不是 14 字节），ZeRO-3 还计入最大的一层，主机端还计入 fp32 加载峰值；另外它打印的是标成 "GB" 的 GiB。
-
-# %% [markdown]
 # ## 5. Will it fit? Activations and the whole budget
 #
 # Model states are what ZeRO partitions. Training also keeps **activations**: what the forward pass stores so
@@ -707,6 +647,69 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 # - 激活值是按 GPU、按微批次计算的：ZeRO 不切分它们。它们随序列长度增长（如果注意力内核保存分数，还会随序列长度的平方增长）。
 # - 完全重计算只保存每一层的输入，代价是多一次前向计算。
 # - "放得下吗"看的是模型状态、激活值、桶和预留量的总和；`zerolab fit` 为每种配置把它们加起来，并找出每种配置的最大微批次。
+
+# %% [markdown]
+# ## Summary
+#
+# - Mixed-precision Adam keeps 2 + 2 + K bytes per parameter, K = 12 (fp32 master weights, momentum, variance):
+#   16 bytes, of which the 16-bit parameters are only an eighth.
+# - ZeRO-1 partitions the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the parameters. Per-GPU memory
+#   falls with the GPU count towards a floor for ZeRO-1 and ZeRO-2 (the copies they keep), towards zero for ZeRO-3.
+# - "Fraction kept" is not a constant: compute it for the GPU count you have.
+# - DeepSpeed's estimator counts an extra fp32 gradient partition and reports GiB; the paper reports GB.
+# - Model states are not everything: activations, communication buckets and fragmentation come on top.
+#
+# ## Interview questions
+#
+# **Q: Why does a model in fp16 need far more memory to train than its fp16 weights?**
+# A: Training keeps fp16 gradients and the optimizer's states: with Adam an fp32 master copy, momentum and variance.
+# The paper's accounting is 2 + 2 + 12 bytes per parameter, eight times the fp16 weights alone.
+#
+# **Q: Adam's states for a 13B model are 52 GB, right?**
+# A: No. 52 GB is one fp32 tensor of 13B values. Momentum and variance are two, and the fp32 master weights a third;
+# compute it with `memory.estimate` (section 1).
+#
+# **Q: What does each ZeRO stage partition, and which stage would you pick when memory is tight but the network is
+# slow?**
+# A: Stage 1 the optimizer states, stage 2 also the gradients, stage 3 also the parameters. In the paper's accounting
+# ZeRO-1 and ZeRO-2 move the same volume per step as DDP (2Ψ: the gradients reduce-scattered, the parameters
+# gathered) and ZeRO-3 1.5 times as much. DeepSpeed 0.19.8's default ZeRO-1/2 all-reduce the gradient buckets and
+# then all-gather the parameters: 3Ψ, 1.5x DDP (lesson 03). ZeRO-3 also gathers the parameters again for every
+# forward and backward, in many smaller calls, so prefer ZeRO-2 when it fits.
+#
+# **Q: Does ZeRO-1 cut memory by 75%?**
+# A: Only in the limit of many GPUs, and only the model states. On 8 GPUs it keeps much more than a quarter,
+# because the fp16 parameters and gradients are still copied on every GPU (section 3).
+#
+# **Q: Why does DeepSpeed's estimate differ from the paper's?**
+# A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
+# fp32 load peak on the host; and it prints GiB labelled "GB".
+
+# %% [markdown] lang="zh" en="4913933be31e"
+# ## 小结
+#
+# - 混合精度 Adam 每个参数保存 2 + 2 + K 字节，K = 12（fp32 主权重、动量、方差）：共 16 字节，其中 16 位参数只占八分之一。
+# - ZeRO-1 切分优化器状态，ZeRO-2 再切分梯度，ZeRO-3 再切分参数。每张 GPU 的显存随 GPU 数量增加而下降：ZeRO-1 和 ZeRO-2 趋近一个下限（即它们保留的副本），ZeRO-3 趋近于零。
+# - "保留比例"不是常数：要按你实际的 GPU 数量来算。
+# - DeepSpeed 的估算函数多算了一份 fp32 梯度分片，并以 GiB 报告；论文用的是 GB。
+# - 模型状态并不是全部：激活值、通信桶和显存碎片还要另算。
+#
+# ## 面试题
+#
+# **问：为什么一个 fp16 模型训练时需要的显存远多于它的 fp16 权重？**
+# 答：训练还要保存 fp16 梯度和优化器状态：用 Adam 时是一份 fp32 主副本、动量和方差。论文的口径是每个参数 2 + 2 + 12 字节，是单单 fp16 权重的八倍。
+#
+# **问：13B 模型的 Adam 状态是 52 GB，对吧？**
+# 答：不对。52 GB 只是一个含 13B 个值的 fp32 张量。动量和方差是两个，fp32 主权重是第三个；用 `memory.estimate` 算一下（第 1 节）。
+#
+# **问：每个 ZeRO stage 各切分什么？显存紧张但网络较慢时，你会选哪个 stage？**
+# 答：Stage 1 切分优化器状态，stage 2 再切分梯度，stage 3 再切分参数。按论文的口径，ZeRO-1 和 ZeRO-2 每步的通信量与 DDP 相同（2Ψ：梯度做 reduce-scatter，参数做 all-gather），ZeRO-3 是它的 1.5 倍。DeepSpeed 0.19.8 默认的 ZeRO-1/2 先对梯度桶做 all-reduce，再 all-gather 参数：3Ψ，是 DDP 的 1.5 倍（第 03 课）。ZeRO-3 还要在每次前向和反向时重新 gather 参数，调用次数多、每次更小，所以放得下时优先选 ZeRO-2。
+#
+# **问：ZeRO-1 能把显存降低 75% 吗？**
+# 答：只有在 GPU 数量很多的极限情况下才是，而且只针对模型状态。在 8 张 GPU 上，它保留的远多于四分之一，因为 fp16 参数和梯度仍在每张 GPU 上复制（第 3 节）。
+#
+# **问：为什么 DeepSpeed 的估算与论文不同？**
+# 答：它计入了一份 fp32 梯度分片（切分的部分是 18 字节而不是 14 字节），ZeRO-3 还计入最大的一层，主机端还计入 fp32 加载峰值；另外它打印的是标成 "GB" 的 GiB。
 
 # %% [markdown]
 # ## References

@@ -667,11 +667,18 @@ for label, cfg in rows:
 # GPU 这一侧缩小到只比一个 gather 完整的层多一点；其余的都压到了主机那一侧。代价是 PCIe 流量：使用参数卸载时，每张 GPU 在每个微步都要从主机取回自己的参数分片，前向取一次，反向再取一次（ZeRO-3 gather 两次，见第 03 课）。以下是每张 GPU 每个优化器步的流量，按 DeepSpeed 0.19.8 的口径（梯度以 fp32 传回主机；第 02 课和第 06 课会实测），使用配置中的梯度累积步数、8 张 GPU（去掉了 `train_batch_size`，让 DeepSpeed 按 8 张 GPU 推导它；配置里的值只适用于一张 GPU，正如上面的诊断工具所示）：
 
 # %%
-for label, cfg in ((tr("exercise 1"), build_deepspeed_config()), (tr("exercise 4"), zero3_offload(build_deepspeed_config()))):
-    cfg = copy.deepcopy(cfg)
-    cfg.pop("train_batch_size")  # let DeepSpeed derive it for 8 GPUs
-    t = config_effect(cfg, params=PARAMS, gpus_per_node=GPUS).traffic
-    print(tr(f"{label}: host -> GPU {units.format_bytes(t.host_to_device_bytes, 'GB'):>9}, "
+from zerolab.reveal import answer_first
+
+first = learner_value(build_deepspeed_config)
+for label, cfg in (("exercise 1", first), ("exercise 4", first and learner_value(zero3_offload, first))):
+    cfg = copy.deepcopy(cfg) if isinstance(cfg, dict) else {}
+    cfg.pop("train_batch_size", None)  # let DeepSpeed derive it for 8 GPUs
+    effect = learner_value(config_effect, cfg, PARAMS, GPUS) if cfg else None
+    if effect is None:
+        answer_first(label)
+        continue
+    t = effect.traffic
+    print(tr(f"{tr(label)}: host -> GPU {units.format_bytes(t.host_to_device_bytes, 'GB'):>9}, "
              f"GPU -> host {units.format_bytes(t.device_to_host_bytes, 'GB'):>9} per GPU per optimizer step"))
 
 # %% [markdown]
@@ -683,8 +690,8 @@ for label, cfg in ((tr("exercise 1"), build_deepspeed_config()), (tr("exercise 4
 # %% [markdown]
 # ## Summary
 #
-# - The three answers of the classic exercise: `"stage": 2`, `"overlap_comm": true`,
-#   `"offload_optimizer": {"device": "cpu", "pin_memory": true}`.
+# - The classic exercise sets three things: the stage that partitions gradients as well as optimizer states,
+#   overlap of the gradient reduction with backward, and the optimizer offloaded to pinned host memory.
 # - DeepSpeed 0.19.8 defaults: `overlap_comm` is off for stages 0-2 and on for stage 3; `pin_memory` is on;
 #   `contiguous_gradients` is on; bucket sizes are counted in elements.
 # - `train_batch_size = micro batch x accumulation steps x data-parallel ranks`, checked by DeepSpeed; a derived
@@ -719,10 +726,10 @@ for label, cfg in ((tr("exercise 1"), build_deepspeed_config()), (tr("exercise 4
 # It removes the optimizer state from the GPU, but the fp16 parameters stay whole on every GPU, activations stay, and
 # the host must hold the fp32 state of every GPU of the node; that host RAM runs out first.
 
-# %% [markdown] lang="zh" en="63d4c32a2ae0"
+# %% [markdown] lang="zh" en="407d8753b629"
 # ## 小结
 #
-# - 经典练习的三个答案：`"stage": 2`、`"overlap_comm": true`、`"offload_optimizer": {"device": "cpu", "pin_memory": true}`。
+# - 经典练习设置了三件事：同时切分梯度和优化器状态的 stage、让梯度归约与反向传播重叠，以及把优化器卸载到锁页的主机内存。
 # - DeepSpeed 0.19.8 的默认值：`overlap_comm` 在 stage 0-2 关闭、stage 3 开启；`pin_memory` 开启；`contiguous_gradients` 开启；桶大小以元素个数计。
 # - `train_batch_size = micro batch x accumulation steps x data-parallel ranks`（微批次大小 × 梯度累积步数 × 数据并行 rank 数），由 DeepSpeed 检查；推导出的值是向下取整的，所以要选能整除的数字。
 # - Ampere 之前（T4、V100）用 fp16 加动态损失缩放，从 Ampere 起用 bf16；绝不能两个都开。

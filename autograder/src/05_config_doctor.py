@@ -49,6 +49,7 @@ from deepspeed.runtime.config import DeepSpeedConfig
 from zerolab import units
 from zerolab.i18n import tr
 from zerolab.config import check_config, compare_configs, config_effect, explain_config, read_settings
+from zerolab.reveal import passed, revealed
 
 
 def show(report):
@@ -186,7 +187,7 @@ from zerolab.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_A, "WRONG_PATH_A"), fixing_paths(CASES["A"]), "WRONG_PATH_A")
 ### END HIDDEN TESTS
-print(tr("Right. DeepSpeed accepts A and trains with ZeRO off: it never reads the British spelling zero_optimisation. The doctor's report:"))
+passed("WRONG_PATH_A", "Right. The doctor's report:")
 show(check_config(CASES["A"], world_size=8))
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_path_b", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -204,7 +205,7 @@ from zerolab.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_B, "WRONG_PATH_B"), fixing_paths(CASES["B"]), "WRONG_PATH_B")
 ### END HIDDEN TESTS
-print(tr("Right. DeepSpeed accepts B and keeps the parameters on the GPU: offload_param is valid only with stage 3, and nothing enforces it. The doctor's report:"))
+passed("WRONG_PATH_B", "Right. The doctor's report:")
 show(check_config(CASES["B"], world_size=8))
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_path_c", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -222,14 +223,32 @@ from zerolab.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_C, "WRONG_PATH_C"), fixing_paths(CASES["C"]), "WRONG_PATH_C")
 ### END HIDDEN TESTS
-print(tr("Right. DeepSpeed's config check accepts C, and the run then fails at start-up: an NVMe offload needs nvme_path, the folder for its swap files. The doctor's report:"))
+passed("WRONG_PATH_C", "Right. The doctor's report:")
 show(check_config(CASES["C"], world_size=8))
 
 # %% [markdown]
+# <details><summary>Answers: open them once your three test cells say "Right."</summary>
+#
+# - A: DeepSpeed accepts it and trains with ZeRO off: it never reads the British spelling `zero_optimisation`.
+# - B: DeepSpeed accepts it and keeps the parameters on the GPU: `offload_param` is valid only with stage 3, and
+#   nothing enforces it.
+# - C: DeepSpeed's config check accepts it, and the run then fails at start-up: an NVMe offload needs `nvme_path`,
+#   the folder for its swap files.
+#
+# </details>
+#
 # The doctor's notes (severity `note`) say what DeepSpeed picks for fields you left out, e.g. `overlap_comm`
 # (stage-dependent) and `pin_memory` (true in 0.19.8).
 
-# %% [markdown] lang="zh" en="838c0fb26816"
+# %% [markdown] lang="zh" en="74390eea5c79"
+# <details><summary>答案：三个测试单元格都输出“正确。”之后再展开</summary>
+#
+# - A：DeepSpeed 接受它，但训练时 ZeRO 是关闭的：它从不读取英式拼写 `zero_optimisation`。
+# - B：DeepSpeed 接受它，但参数仍留在 GPU 上：`offload_param` 只在 stage 3 下有效，而没有任何检查强制这一点。
+# - C：DeepSpeed 的配置检查接受它，但运行会在启动时失败：NVMe 卸载需要 `nvme_path`，即存放 swap 文件的文件夹。
+#
+# </details>
+#
 # 配置诊断工具的提示（严重程度为 `note`）会告诉你，对你没写的字段 DeepSpeed 会取什么值，例如 `overlap_comm`（取决于 stage）和 `pin_memory`（0.19.8 中为 true）。
 
 # %% [markdown]
@@ -356,7 +375,7 @@ assert (settings.micro_batch, settings.grad_accum) == (4, 2), "keep 4 samples pe
 _nvme = FIXED["zero_optimization"]["offload_optimizer"].get("nvme_path")
 assert isinstance(_nvme, str) and os.path.normpath(_nvme) == "/local_nvme", \
     f"zero_optimization.offload_optimizer.nvme_path {_nvme!r} is not the folder the text names for the NVMe drive"
-print(tr("Visible checks passed."))
+passed("exercise 2", "Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
@@ -380,7 +399,7 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# What had to change, and why:
+# <details><summary>What had to change, and why: open it once your test cell says "Visible checks passed."</summary>
 #
 # - `train_batch_size: "auto"`: only the Hugging Face Trainer or Accelerate replace it. Write the number (micro
 #   batch x accumulation steps x 8 GPUs), or leave the field out and let DeepSpeed derive it.
@@ -388,15 +407,19 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # - `mics_shard_size`: MiCS was removed from DeepSpeed; the key is now an error.
 # - `stage3_prefetch_bucket_size: "auto"`: dropped silently outside the Trainer; remove it or write a number.
 # - NVMe without `nvme_path`: add the folder.
+#
+# </details>
 
-# %% [markdown] lang="zh" en="74950160e55d"
-# 需要改什么，以及为什么：
+# %% [markdown] lang="zh" en="bac096e9cd64"
+# <details><summary>需要改什么，以及为什么：测试单元格输出“可见测试已通过。”之后再展开</summary>
 #
 # - `train_batch_size: "auto"`：只有 Hugging Face Trainer 或 Accelerate 会替换它。写出具体数字（微批次（micro-batch）大小 x 累积步数 x 8 张 GPU），或者干脆不写，让 DeepSpeed 自己推导。
 # - fp16 和 bf16 同时开启：DeepSpeed 会拒绝。A100 用 bf16，所以删掉 fp16 块。
 # - `mics_shard_size`：MiCS 已从 DeepSpeed 中移除，这个键现在会报错。
 # - `stage3_prefetch_bucket_size: "auto"`：在 Trainer 之外会被静默丢弃；删掉它，或者写一个数字。
 # - NVMe 却没有 `nvme_path`：补上文件夹路径。
+#
+# </details>
 
 # %% [markdown]
 # ## Predicting the effect of a change
@@ -458,7 +481,7 @@ effect_q = config_effect(Q_CONFIG, params="7B", gpus_per_node=8, accounting="pap
 close_to(SAVED_BYTES, effect_p - effect_q, "SAVED_BYTES", 0.01, "bytes",
          hint="does P's offload_param do anything at stage 2? Then compare what ZeRO-3 partitions that ZeRO-2 does not",
          slips={-1: "wrong sign: Q needs less than P, so the saving is positive (P minus Q)"})
-print(tr("Visible checks passed."))
+passed("exercise 3", "Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import config_effect
@@ -472,20 +495,29 @@ _ = close_to(answer, reference, "SAVED_BYTES", 0.01, "bytes")
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Visible checks passed."</summary>
+#
 # P's `offload_param` does nothing at stage 2, so P is plain ZeRO-2: the bf16 parameters stay whole on every GPU,
 # the gradients and optimizer states are divided over the GPUs. Q, ZeRO-3, divides the parameters too. The saving is
 # the parameters' bytes minus the share each GPU still holds. Both accountings side by side (DeepSpeed's adds fp32
 # gradients and, for ZeRO-3, the largest layer gathered in full):
+#
+# </details>
 
-# %% [markdown] lang="zh" en="1f393e360716"
+# %% [markdown] lang="zh" en="a2c36947b746"
+# <details><summary>答案：测试单元格输出“可见测试已通过。”之后再展开</summary>
+#
 # P 的 `offload_param` 在 stage 2 下不起作用，所以 P 就是普通的 ZeRO-2：bf16 参数在每张 GPU 上都是完整的一份，梯度和优化器状态被切分到各张 GPU 上。Q 是 ZeRO-3，连参数也切分了。省下的就是参数的字节数减去每张 GPU 仍持有的那份分片。下面把两种口径并排列出（DeepSpeed 的口径额外计入 fp32 梯度，对 ZeRO-3 还计入完整聚合的最大一层）：
+#
+# </details>
 
 # %%
-for accounting in ("paper", "deepspeed"):
-    diff = compare_configs(P_CONFIG, Q_CONFIG, params="7B", gpus_per_node=8, accounting=accounting)
-    saved = diff.effect_a.memory.gpu_bytes - diff.effect_b.memory.gpu_bytes
-    print(tr(f"{accounting:9}: P {units.format_bytes(diff.effect_a.memory.gpu_bytes, 'GB')}, "
-             f"Q {units.format_bytes(diff.effect_b.memory.gpu_bytes, 'GB')}, saved {units.format_bytes(saved, 'GB')} per GPU"))
+if revealed("exercise 3"):
+    for accounting in ("paper", "deepspeed"):
+        diff = compare_configs(P_CONFIG, Q_CONFIG, params="7B", gpus_per_node=8, accounting=accounting)
+        saved = diff.effect_a.memory.gpu_bytes - diff.effect_b.memory.gpu_bytes
+        print(tr(f"{accounting:9}: P {units.format_bytes(diff.effect_a.memory.gpu_bytes, 'GB')}, "
+                 f"Q {units.format_bytes(diff.effect_b.memory.gpu_bytes, 'GB')}, saved {units.format_bytes(saved, 'GB')} per GPU"))
 
 # %% [markdown]
 # ## Exercise 4: what does it cost in traffic? (2 points)
@@ -532,7 +564,7 @@ close_to(EXTRA_PSI, volume_s - volume_r, "EXTRA_PSI", 1e-6,
                 2 * 7e9: "wrong unit: that is bytes (2 per bf16 value); give a multiple of Ψ",
                 7e9: "wrong unit: that is a number of values; divide by Ψ",
                 2 * 7e9 / 1e9: "wrong unit: that is GB; give a multiple of Ψ"})
-print(tr("Visible checks passed."))
+passed("exercise 4", "Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import plain
 from zerolab.config import config_effect
@@ -545,19 +577,28 @@ _ = close_to(plain(EXTRA_PSI, "EXTRA_PSI"), reference, "EXTRA_PSI", 1e-6)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Visible checks passed."</summary>
+#
 # ZeRO-1 keeps whole gradients on every GPU, sums the micro-steps locally and reduce-scatters once per optimizer step.
 # ZeRO-2 keeps only its gradient partition, so it reduce-scatters on every micro-step. Both all-gather the updated
 # parameters once. With long accumulation ZeRO-1 can be the better choice when the network is slow and the memory
 # allows it:
+#
+# </details>
 
-# %% [markdown] lang="zh" en="23da2a590c56"
+# %% [markdown] lang="zh" en="0ca7a9a81f56"
+# <details><summary>答案：测试单元格输出“可见测试已通过。”之后再展开</summary>
+#
 # ZeRO-1 在每张 GPU 上保留完整梯度，在本地把各微步的梯度累加起来，每个优化器步只做一次 reduce-scatter。ZeRO-2 只保留自己的梯度分片，所以每个微步都要 reduce-scatter。两者都在最后对更新后的参数做一次 all-gather。梯度累积步数多、网络慢且显存够用时，ZeRO-1 可能是更好的选择：
+#
+# </details>
 
 # %%
-for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
-    effect = config_effect(config, params="7B", gpus_per_node=8)
-    print(tr(f"{label}: {effect.traffic.volume_in_params:.0f} Ψ per optimizer step, "
-             f"{units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU, GPU memory {units.format_bytes(effect.memory.gpu_bytes, 'GiB')}"))
+if revealed("exercise 4"):
+    for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
+        effect = config_effect(config, params="7B", gpus_per_node=8)
+        print(tr(f"{label}: {effect.traffic.volume_in_params:.0f} Ψ per optimizer step, "
+                 f"{units.format_bytes(effect.traffic.wire_bytes, 'GB')} sent per GPU, GPU memory {units.format_bytes(effect.memory.gpu_bytes, 'GiB')}"))
 
 # %% [markdown]
 # ## Summary
@@ -585,10 +626,11 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 # fields must be numbers; inside blocks `"auto"` is dropped silently and the default used.
 #
 # **Does ZeRO-2 communicate more than ZeRO-1?**
-# Without gradient accumulation they move the same volume per step (the paper's 2Ψ). With accumulation ZeRO-2 reduces
-# gradients on every micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
+# Without gradient accumulation they move the same volume per step: the paper's 2Ψ, or 3Ψ in DeepSpeed 0.19.8's
+# default, which all-reduces the gradient buckets of both. With accumulation ZeRO-2 reduces gradients on every
+# micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
 
-# %% [markdown] lang="zh" en="5ab51e699fac"
+# %% [markdown] lang="zh" en="70aac1908292"
 # ## 小结
 #
 # - DeepSpeed 严格校验各个块，却忽略顶层的未知键：`zero_optimization` 拼错，就等于完全没有 ZeRO。
@@ -608,7 +650,7 @@ for label, config in (("R (ZeRO-1)", R_CONFIG), ("S (ZeRO-2)", S_CONFIG)):
 # 它包含 `"auto"` 值，而这些值只有 Trainer 和 Accelerate 会填。直接交给 DeepSpeed 用时，batch 字段必须是数字；块里的 `"auto"` 会被静默丢弃并改用默认值。
 #
 # **ZeRO-2 的通信量比 ZeRO-1 大吗？**
-# 没有梯度累积时，两者每步的通信量相同（论文中的 2Ψ）。有梯度累积时，ZeRO-2 每个微步都要规约梯度，而 ZeRO-1 只在累积边界规约一次，所以每个优化器步 ZeRO-2 传输得更多。
+# 没有梯度累积时，两者每步的通信量相同：论文口径下是 2Ψ；DeepSpeed 0.19.8 默认对两者的梯度桶都做 all-reduce，则是 3Ψ。有梯度累积时，ZeRO-2 每个微步都要规约梯度，而 ZeRO-1 只在累积边界规约一次，所以每个优化器步 ZeRO-2 传输得更多。
 
 # %% [markdown]
 # ## References

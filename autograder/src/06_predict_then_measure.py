@@ -368,60 +368,6 @@ else:
     print(tr("torch.cuda.max_memory_allocated() over the run:"), f"{gpu_result.ranks[0]['peak_memory_bytes']:,} B")
 
 # %% [markdown]
-# ## Summary
-#
-# - Per rank, mixed-precision Adam holds 2 + 2 bytes of parameters and gradients and 4 + 8 bytes of master
-#   weights and moments per parameter; ZeRO-1 divides the 12 by the ranks, ZeRO-2 also the gradients, ZeRO-3
-#   also the parameters. A real DeepSpeed engine holds exactly that on the optimizer side.
-# - Offload moves bytes from the accelerator to host memory; it does not remove them.
-# - DeepSpeed differs from the paper by design in a few places: stage 1 partitions gradients at each
-#   accumulation boundary, an fp32 gradient partition exists (inside `step()`, or resident under offload), and
-#   flat buffers are padded so partitions align.
-# - A notebook can run DeepSpeed without its launcher by setting the rank environment itself.
-#
-# ## Interview questions
-#
-# **Q: With ZeRO-2 on 8 GPUs, how many bytes per parameter of Adam state does each GPU hold?**
-# A: The 12 bytes of fp32 master weights, momentum and variance divided by 8, plus the 2-byte gradient partition
-# divided by 8, on top of the whole 2-byte parameters. Compute it with lesson 01's rules; a measured engine
-# agrees to the byte on the optimizer side.
-#
-# **Q: Your measured GPU memory is far above the model-state estimate. Is the estimate wrong?**
-# A: Not necessarily: the estimate covers model states only. Activations, communication buckets
-# (`reduce_bucket_size`, doubled under `overlap_comm`), the CUDA context and fragmentation come on top.
-#
-# **Q: DeepSpeed's estimator says 18 bytes per parameter are partitioned; the paper says 14. Who is right?**
-# A: Both, for what they count: DeepSpeed adds a 4-byte fp32 gradient partition. Without offload it is built
-# inside the optimizer step and freed; with offload it stays resident in host memory.
-#
-# **Q: How do you run DeepSpeed from a Jupyter notebook?**
-# A: Start the ranks yourself: set `MASTER_ADDR`, `MASTER_PORT` (a free port), `RANK`, `LOCAL_RANK` and
-# `WORLD_SIZE` for each process, start them as fresh processes (not a fork of a kernel that imported torch),
-# and make sure every rank is stopped when one fails or the cell is interrupted.
-
-# %% [markdown] lang="zh" en="750442f45cc0"
-# ## 小结
-#
-# - 每个 rank 上，混合精度 Adam 每个参数持有 2 + 2 字节的参数和梯度，以及 4 + 8 字节的主权重和矩；ZeRO-1 把这 12 字节除以 rank 数，ZeRO-2 再加上梯度，ZeRO-3 再加上参数。真实的 DeepSpeed 引擎在优化器这一侧持有的正是这么多。
-# - 卸载把字节从加速器挪到主机内存；它并不会消除这些字节。
-# - DeepSpeed 在几处与论文的不同是有意为之：stage 1 在每个累积边界切分梯度；存在一份 fp32 梯度分片（在 `step()` 内部，或在卸载时常驻）；扁平缓冲区会做填充（padding），让各分片对齐。
-# - notebook 自己设置好 rank 的环境变量，就能不用启动器运行 DeepSpeed。
-#
-# ## 面试问题
-#
-# **问：8 张 GPU 上用 ZeRO-2，每张 GPU 每个参数持有多少字节的 Adam 相关状态？**
-# 答：fp32 主权重、动量和方差共 12 字节除以 8，加上 2 字节的梯度分片除以 8，再加上完整的 2 字节参数。用第 01 课的规则算出来即可；实测的引擎在优化器这一侧与之精确到字节。
-#
-# **问：实测的显存远高于模型状态的估算值。是估算错了吗？**
-# 答：不一定：估算只覆盖模型状态。激活值、通信桶（`reduce_bucket_size`，开 `overlap_comm` 时翻倍）、CUDA context 和内存碎片都要另算。
-#
-# **问：DeepSpeed 的估算函数说每个参数有 18 字节被切分；论文说是 14 字节。谁对？**
-# 答：就各自统计的内容而言都对：DeepSpeed 多算了一份 4 字节的 fp32 梯度分片。不卸载时，它在优化器步内部创建并随即释放；卸载时，它常驻在主机内存中。
-#
-# **问：怎样在 Jupyter notebook 里运行 DeepSpeed？**
-# 答：自己启动各个 rank：为每个进程设置 `MASTER_ADDR`、`MASTER_PORT`（一个空闲端口）、`RANK`、`LOCAL_RANK` 和 `WORLD_SIZE`，把它们作为全新的进程启动（而不是从已经 import 了 torch 的 kernel fork 出来），并确保某个 rank 失败或单元格被中断时，所有 rank 都会被停掉。
-
-# %% [markdown]
 # ## 6. Predict, then measure: offload traffic
 #
 # Offload also moves bytes **every step**. `zerolab.run` carries a traffic meter (`zerolab.run.meter`): it wraps
@@ -532,3 +478,57 @@ else:
                  f"yours {yours_to_device}"))
     print()
     print(traffic_run.traffic_table())
+
+# %% [markdown]
+# ## Summary
+#
+# - Per rank, mixed-precision Adam holds 2 + 2 bytes of parameters and gradients and 4 + 8 bytes of master
+#   weights and moments per parameter; ZeRO-1 divides the 12 by the ranks, ZeRO-2 also the gradients, ZeRO-3
+#   also the parameters. A real DeepSpeed engine holds exactly that on the optimizer side.
+# - Offload moves bytes from the accelerator to host memory; it does not remove them.
+# - DeepSpeed differs from the paper by design in a few places: stage 1 partitions gradients at each
+#   accumulation boundary, an fp32 gradient partition exists (inside `step()`, or resident under offload), and
+#   flat buffers are padded so partitions align.
+# - A notebook can run DeepSpeed without its launcher by setting the rank environment itself.
+#
+# ## Interview questions
+#
+# **Q: With ZeRO-2 on 8 GPUs, how many bytes per parameter of Adam state does each GPU hold?**
+# A: The 12 bytes of fp32 master weights, momentum and variance divided by 8, plus the 2-byte gradient partition
+# divided by 8, on top of the whole 2-byte parameters. Compute it with lesson 01's rules; a measured engine
+# agrees to the byte on the optimizer side.
+#
+# **Q: Your measured GPU memory is far above the model-state estimate. Is the estimate wrong?**
+# A: Not necessarily: the estimate covers model states only. Activations, communication buckets
+# (`reduce_bucket_size`, doubled under `overlap_comm`), the CUDA context and fragmentation come on top.
+#
+# **Q: DeepSpeed's estimator says 18 bytes per parameter are partitioned; the paper says 14. Who is right?**
+# A: Both, for what they count: DeepSpeed adds a 4-byte fp32 gradient partition. Without offload it is built
+# inside the optimizer step and freed; with offload it stays resident in host memory.
+#
+# **Q: How do you run DeepSpeed from a Jupyter notebook?**
+# A: Start the ranks yourself: set `MASTER_ADDR`, `MASTER_PORT` (a free port), `RANK`, `LOCAL_RANK` and
+# `WORLD_SIZE` for each process, start them as fresh processes (not a fork of a kernel that imported torch),
+# and make sure every rank is stopped when one fails or the cell is interrupted.
+
+# %% [markdown] lang="zh" en="750442f45cc0"
+# ## 小结
+#
+# - 每个 rank 上，混合精度 Adam 每个参数持有 2 + 2 字节的参数和梯度，以及 4 + 8 字节的主权重和矩；ZeRO-1 把这 12 字节除以 rank 数，ZeRO-2 再加上梯度，ZeRO-3 再加上参数。真实的 DeepSpeed 引擎在优化器这一侧持有的正是这么多。
+# - 卸载把字节从加速器挪到主机内存；它并不会消除这些字节。
+# - DeepSpeed 在几处与论文的不同是有意为之：stage 1 在每个累积边界切分梯度；存在一份 fp32 梯度分片（在 `step()` 内部，或在卸载时常驻）；扁平缓冲区会做填充（padding），让各分片对齐。
+# - notebook 自己设置好 rank 的环境变量，就能不用启动器运行 DeepSpeed。
+#
+# ## 面试问题
+#
+# **问：8 张 GPU 上用 ZeRO-2，每张 GPU 每个参数持有多少字节的 Adam 相关状态？**
+# 答：fp32 主权重、动量和方差共 12 字节除以 8，加上 2 字节的梯度分片除以 8，再加上完整的 2 字节参数。用第 01 课的规则算出来即可；实测的引擎在优化器这一侧与之精确到字节。
+#
+# **问：实测的显存远高于模型状态的估算值。是估算错了吗？**
+# 答：不一定：估算只覆盖模型状态。激活值、通信桶（`reduce_bucket_size`，开 `overlap_comm` 时翻倍）、CUDA context 和内存碎片都要另算。
+#
+# **问：DeepSpeed 的估算函数说每个参数有 18 字节被切分；论文说是 14 字节。谁对？**
+# 答：就各自统计的内容而言都对：DeepSpeed 多算了一份 4 字节的 fp32 梯度分片。不卸载时，它在优化器步内部创建并随即释放；卸载时，它常驻在主机内存中。
+#
+# **问：怎样在 Jupyter notebook 里运行 DeepSpeed？**
+# 答：自己启动各个 rank：为每个进程设置 `MASTER_ADDR`、`MASTER_PORT`（一个空闲端口）、`RANK`、`LOCAL_RANK` 和 `WORLD_SIZE`，把它们作为全新的进程启动（而不是从已经 import 了 torch 的 kernel fork 出来），并确保某个 rank 失败或单元格被中断时，所有 rank 都会被停掉。

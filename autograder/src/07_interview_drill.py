@@ -20,7 +20,8 @@
 # - Run the test cell below your answer: it tells you whether you are right and, if not, what to reconsider.
 #   **Hidden tests** run when the notebook is graded; they check the same answer again as plain data (a JSON round
 #   trip), so an object that only pretends to be equal earns nothing.
-# - The explanation follows each test, folded: open it once your test cell says "Right.".
+# - The explanation follows each test, folded: open it once your test cell says "Right."; the figures below it
+#   appear when you run that cell after your test has passed.
 # - *Accepted:* numbers as `int` or `float`, within 1 % of the reference (2 % where a question says so; Q01 and Q07
 #   exact). Where a question asks for an `int` (a count: Q08, Q09, Q15, Q16), a float such as `16.0` is a wrong type.
 #   Letters and `"fp16"`/`"bf16"` in any case, with or without spaces; dict keys exactly as the question writes them.
@@ -30,14 +31,15 @@
 #
 # Work it out on paper; you may also use `zerolab` (lessons 01 to 03), as in an interview you would use a whiteboard.
 
-# %% [markdown] lang="zh" en="fdd446ad5fd7"
+# %% [markdown] lang="zh" en="5e5ab29395ab"
 # ## 演练怎么做
 #
 # - 每道题对应一个变量（`Q01`、`Q02`……）。把答案单元格里的占位代码换成一行答案，例如 `Q01 = 16`。
 #   数值题填普通的 `int` 或 `float`，单位按题目要求；选择题填一个字母，例如 `"B"`；有几道题的答案是一个小字典。
 # - 运行答案下面的测试单元格：它会告诉你答对了没有；没答对时，会提示你该重新想哪一点。**隐藏测试**在评分时运行：
 #   它们把你的答案当作纯数据（经过一次 JSON 往返）再检查一遍，所以一个只是“假装相等”的对象拿不到分。
-# - 每道题的测试后面是折叠起来的解析：等测试单元格输出“正确。”之后再展开。
+# - 每道题的测试后面是折叠起来的解析：等测试单元格输出“正确。”之后再展开；解析下面的数字，
+#   要在你的测试通过之后再运行那个单元格才会显示。
 # - *判分规则：* 数值可以是 `int` 或 `float`，与参考答案相差 1 % 以内即可（题目注明 2 % 的按 2 %；
 #   Q01 和 Q07 要求精确）。题目要求 `int` 的（计数题：Q08、Q09、Q15、Q16），写成 `16.0` 这样的浮点数算类型错误。
 #   字母以及 `"fp16"`/`"bf16"` 不区分大小写，有无空格均可；字典的键必须与题目中写的完全一致。
@@ -47,18 +49,15 @@
 # 先在纸上推一推；也可以用 `zerolab`（第 01 到 03 课），就像面试时可以在白板上演算一样。
 
 # %% nbgrader={"grade": false, "grade_id": "drill_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from zerolab import comm, memory, units
+from zerolab import comm, drill, memory, units
 from zerolab.checks import plain
 from zerolab.i18n import tr
+from zerolab.reveal import passed, revealed
 
 
 PSI = units.parse_count("1B")
 P13 = units.parse_count("13B")
 P75 = units.parse_count("7.5B")
-
-
-def close(answer, expected, rel=0.01):
-    return abs(answer - expected) <= rel * abs(expected)
 
 
 # %% [markdown]
@@ -91,7 +90,7 @@ from zerolab.checks import close_to, plain
 
 close_to(plain(Q01, "Q01"), memory.estimate(3 * 10**9, 0, gpus_per_node=4).gpu_bytes / (3 * 10**9), "Q01", 1e-9, "bytes")
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q01")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -110,8 +109,9 @@ print(tr("Right."))
 # </details>
 
 # %%
-e = memory.estimate(PSI, 0)
-print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, tr("total"), e.gpu_bytes / PSI)
+if revealed("Q01"):
+    e = memory.estimate(PSI, 0)
+    print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, tr("total"), e.gpu_bytes / PSI)
 
 # %% [markdown]
 # ## Q02: where K = 12 comes from (1 point)
@@ -119,64 +119,67 @@ print({part: nbytes / PSI for part, nbytes in e.breakdown["gpu"].items()}, tr("t
 # The paper's optimizer-state multiplier K is 12 bytes per parameter for mixed-precision Adam. What are they?
 #
 # - A: fp16 parameters + fp16 gradients + fp32 momentum
-# - B: fp32 master weights + fp32 momentum + fp32 variance
-# - C: fp32 gradients + fp32 momentum + fp32 variance
-# - D: fp32 momentum + fp32 variance, 6 bytes each
+# - B: fp32 gradients + fp32 momentum + fp32 variance
+# - C: fp32 momentum + fp32 variance, 6 bytes each
+# - D: fp32 master weights + fp32 momentum + fp32 variance
 #
 # Set `Q02` to a letter.
 
-# %% [markdown] lang="zh" en="42cb0bee25d4"
+# %% [markdown] lang="zh" en="1e536af723a8"
 # ## Q02：K = 12 是怎么来的（1 分）
 #
 # 对混合精度 Adam，论文中的优化器状态系数 K 是每个参数 12 字节。这 12 字节都是什么？
 #
 # - A：fp16 参数 + fp16 梯度 + fp32 动量
-# - B：fp32 主权重 + fp32 动量 + fp32 方差
-# - C：fp32 梯度 + fp32 动量 + fp32 方差
-# - D：fp32 动量 + fp32 方差，各 6 字节
+# - B：fp32 梯度 + fp32 动量 + fp32 方差
+# - C：fp32 动量 + fp32 方差，各 6 字节
+# - D：fp32 主权重 + fp32 动量 + fp32 方差
 #
 # 把 `Q02` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_k12", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q02 = "B"
+Q02 = drill.key("Q02")
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_k12", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from zerolab.checks import choice
 
 _letter = choice(Q02, "ABCD", "Q02")
-assert _letter == "B", "Q02 is not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
+assert drill.is_right("Q02", _letter), \
+    "Q02 is not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
 ### BEGIN HIDDEN TESTS
+from zerolab import drill
 from zerolab.checks import choice, plain
 
-assert choice(plain(Q02, "Q02"), "ABCD", "Q02") == "B", "Q02 is not right"
+assert choice(plain(Q02, "Q02"), "ABCD", "Q02") == drill.key("Q02"), "Q02 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q02")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer: B.** K counts the fp32 **master weights** (4 bytes) as well as Adam's momentum and variance (4 + 4). The
+# **Answer.** K counts the fp32 **master weights** (4 bytes) as well as Adam's momentum and variance (4 + 4). The
 # fp32 copy is needed because fp16 cannot represent small updates to a weight. A frequent mistake is to count only
 # the two moments; then the total is not 16 bytes. (DeepSpeed's estimator counts 4 more: the partitioned fp32
 # gradients; see Q05.)
 #
 # </details>
 
-# %% [markdown] lang="zh" en="5bcf9721b924"
+# %% [markdown] lang="zh" en="df04432ff7a4"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案：B。** K 除了 Adam 的动量（momentum）和方差（variance）各 4 字节，还包括 4 字节的 fp32 **主权重**。
+# **答案。** K 除了 Adam 的动量（momentum）和方差（variance）各 4 字节，还包括 4 字节的 fp32 **主权重**。
 # 之所以要保留这份 fp32 副本，是因为 fp16 表示不了对权重的微小更新。常见的错误是只算两个动量，
 # 那样总数就凑不出 16 字节。（DeepSpeed 的估算函数还会再多算 4 字节：切分后的 fp32 梯度；见 Q05。）
 #
 # </details>
 
 # %%
-parts = memory.estimate(PSI, 0).breakdown["gpu"]
-print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, tr("bytes per parameter:"),
-      {name: parts[name] / PSI for name in ("master_weights", "optimizer_states")})
+if revealed("Q02"):
+    parts = memory.estimate(PSI, 0).breakdown["gpu"]
+    print("K =", (parts["master_weights"] + parts["optimizer_states"]) / PSI, tr("bytes per parameter:"),
+          {name: parts[name] / PSI for name in ("master_weights", "optimizer_states")})
 
 # %% [markdown]
 # ## Q03: Adam's states for a 13B model (2 points)
@@ -208,7 +211,7 @@ from zerolab.checks import close_to, plain
 reference = memory.estimate(units.parse_count("13B"), 0).breakdown["gpu"]["optimizer_states"] / units.GB
 close_to(plain(Q03, "Q03"), reference, "Q03", 0.01, "GB")
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q03")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -229,10 +232,11 @@ print(tr("Right."))
 # </details>
 
 # %%
-parts = memory.estimate(P13, 0).breakdown["gpu"]
-print(tr("Adam momentum + variance:"), units.format_bytes(parts["optimizer_states"], "GB"))
-print(tr("plus fp32 master weights:"), units.format_bytes(parts["optimizer_states"] + parts["master_weights"], "GB"))
-print(tr("all model states (16 bytes per parameter):"), units.format_bytes(sum(parts.values()), "GB"))
+if revealed("Q03"):
+    parts = memory.estimate(P13, 0).breakdown["gpu"]
+    print(tr("Adam momentum + variance:"), units.format_bytes(parts["optimizer_states"], "GB"))
+    print(tr("plus fp32 master weights:"), units.format_bytes(parts["optimizer_states"] + parts["master_weights"], "GB"))
+    print(tr("all model states (16 bytes per parameter):"), units.format_bytes(sum(parts.values()), "GB"))
 
 # %% [markdown]
 # ## Q04: the paper's example, per GPU (2 points)
@@ -270,7 +274,7 @@ for stage in (1, 2, 3):
     reference = memory.estimate(units.parse_count("7.5B"), stage, gpus_per_node=64).gpu_bytes / units.GB
     close_to(answer[f"zero{stage}"], reference, f"Q04['zero{stage}']", 0.02, "GB")
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q04")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -291,8 +295,9 @@ print(tr("Right."))
 # </details>
 
 # %%
-for stage in (0, 1, 2, 3):
-    print(tr(f"ZeRO-{stage} on 64 GPUs:"), units.format_bytes(memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes, "GB"))
+if revealed("Q04"):
+    for stage in (0, 1, 2, 3):
+        print(tr(f"ZeRO-{stage} on 64 GPUs:"), units.format_bytes(memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes, "GB"))
 
 # %% [markdown]
 # ## Q05: ZeRO-2 for 13B on 8 GPUs (2 points)
@@ -327,7 +332,7 @@ from zerolab.checks import close_to, plain
 reference = memory.estimate(units.parse_count("13B"), 2, gpus_per_node=8).gpu_bytes / units.GB
 close_to(plain(Q05, "Q05"), reference, "Q05", 0.01, "GB")
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q05")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -349,12 +354,13 @@ print(tr("Right."))
 # </details>
 
 # %%
-ddp_parts = memory.estimate(P13, 0).breakdown["gpu"]
-print(tr("partitioned bytes per parameter: claim"), 78 * units.GB / P13,
-      tr(" paper"), sum(n for part, n in ddp_parts.items() if part != "params") / P13)
-for accounting in ("paper", "deepspeed"):
-    e = memory.estimate(P13, 2, gpus_per_node=8, accounting=accounting)
-    print(f"{accounting:9}: {units.format_bytes(e.gpu_bytes, 'GB')} = {units.format_bytes(e.gpu_bytes, 'GiB')}")
+if revealed("Q05"):
+    ddp_parts = memory.estimate(P13, 0).breakdown["gpu"]
+    print(tr("partitioned bytes per parameter: claim"), 78 * units.GB / P13,
+          tr(" paper"), sum(n for part, n in ddp_parts.items() if part != "params") / P13)
+    for accounting in ("paper", "deepspeed"):
+        e = memory.estimate(P13, 2, gpus_per_node=8, accounting=accounting)
+        print(f"{accounting:9}: {units.format_bytes(e.gpu_bytes, 'GB')} = {units.format_bytes(e.gpu_bytes, 'GiB')}")
 
 # %% [markdown]
 # ## Q06: what ZeRO-1 keeps (1 point)
@@ -387,7 +393,7 @@ from zerolab.checks import close_to, plain
 reference = memory.estimate(10**9, 1, gpus_per_node=8).gpu_bytes / memory.estimate(10**9, 0, gpus_per_node=8).gpu_bytes
 close_to(plain(Q06, "Q06"), reference, "Q06", 0.01)
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q06")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -406,10 +412,11 @@ print(tr("Right."))
 # </details>
 
 # %%
-for nd in (8, 64, 1024):
-    ddp = memory.estimate(PSI, 0, gpus_per_node=nd).gpu_bytes
-    print(f"Nd={nd:5}: " + "  ".join(tr(f"ZeRO-{s} keeps {memory.estimate(PSI, s, gpus_per_node=nd).gpu_bytes / ddp:.1%}")
-                                      for s in (1, 2, 3)))
+if revealed("Q06"):
+    for nd in (8, 64, 1024):
+        ddp = memory.estimate(PSI, 0, gpus_per_node=nd).gpu_bytes
+        print(f"Nd={nd:5}: " + "  ".join(tr(f"ZeRO-{s} keeps {memory.estimate(PSI, s, gpus_per_node=nd).gpu_bytes / ddp:.1%}")
+                                          for s in (1, 2, 3)))
 
 # %% [markdown]
 # ## Q07: communication volume (2 points)
@@ -444,13 +451,16 @@ answer = dict_keys(plain(Q07, "Q07"), ["ddp", "zero1", "zero2", "zero3"], "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
     close_to(answer[name], comm.traffic(3 * 10**9, stage, 64).volume_in_params, f"Q07['{name}']", 1e-6)
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q07")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer.** DDP's all-reduce is a reduce-scatter (Ψ) plus an all-gather (Ψ). ZeRO-1 and ZeRO-2 do exactly these two
-# with a different purpose: reduce-scatter the gradients to their owners, all-gather the updated parameters. ZeRO-3
+# **Answer.** In the paper's accounting, which the question asks for: DDP's all-reduce is a reduce-scatter (Ψ) plus
+# an all-gather (Ψ), and ZeRO-1 and ZeRO-2 do exactly these two with a different purpose: reduce-scatter the gradients
+# to their owners, all-gather the updated parameters. That equality needs a reduce-scatter. DeepSpeed 0.19.8's default
+# ZeRO-1/2 (`use_multi_rank_bucket_allreduce: true`) all-reduces each gradient bucket and then all-gathers the
+# parameters: 3Ψ, 1.5x DDP (lesson 03; both accountings are printed below). ZeRO-3
 # must gather the parameters for the forward pass and **again** for the backward pass, plus the gradient
 # reduce-scatter: 1.5x DDP (paper section 7). **A common claim**, "ZeRO-3 needs 80 communications per step for a
 # 40-layer model", counts calls, not volume, forgets the reduce-scatters, and ignores that DeepSpeed gathers per
@@ -459,12 +469,14 @@ print(tr("Right."))
 #
 # </details>
 
-# %% [markdown] lang="zh" en="d382e006fe65"
+# %% [markdown] lang="zh" en="1be080d616f0"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案。** DDP 的 all-reduce 等于一次 reduce-scatter（Ψ）加一次 all-gather（Ψ）。
+# **答案。** 按题目要求的论文口径：DDP 的 all-reduce 等于一次 reduce-scatter（Ψ）加一次 all-gather（Ψ），
 # ZeRO-1 和 ZeRO-2 做的恰好也是这两个操作，只是用途不同：先把梯度 reduce-scatter 到负责它的 rank，
-# 再把更新后的参数 all-gather 回来。ZeRO-3 前向时要收集一次参数，反向时**还要**再收集一次，
+# 再把更新后的参数 all-gather 回来。这个“相等”的前提是 reduce-scatter。DeepSpeed 0.19.8 默认的 ZeRO-1/2
+# （`use_multi_rank_bucket_allreduce: true`）对每个梯度桶做 all-reduce，然后再 all-gather 参数：3Ψ，是 DDP 的 1.5 倍
+# （第 03 课；两种口径都打印在下面）。ZeRO-3 前向时要收集一次参数，反向时**还要**再收集一次，
 # 再加上梯度的 reduce-scatter：是 DDP 的 1.5 倍（论文第 7 节）。
 # **常见说法**“40 层的模型用 ZeRO-3 每步要通信 80 次”数的是调用次数而不是通信量，漏掉了 reduce-scatter，
 # 也忽略了 DeepSpeed 是按子模块收集参数、把预取合并进桶里、并让小参数常驻的；调用次数取决于实现，
@@ -473,9 +485,20 @@ print(tr("Right."))
 # </details>
 
 # %%
-for stage in range(4):
-    t = comm.traffic(P13, stage, 8)
-    print(tr(f"stage {stage}: {t.volume_in_params:.0f} Ψ = ") + " + ".join(f"{c.op} ({tr(c.purpose)})" for c in t.collectives))
+if revealed("Q07"):
+    from zerolab import deepspeed_traffic
+
+    print(tr("the paper's accounting:"))
+    for stage in range(4):
+        t = comm.traffic(P13, stage, 8)
+        print(tr(f"stage {stage}: {t.volume_in_params:.0f} Ψ = ") + " + ".join(f"{c.op} ({tr(c.purpose)})" for c in t.collectives))
+    print(tr("DeepSpeed 0.19.8's default (each gradient bucket all-reduced):"))
+    for stage in (1, 2):
+        t = comm.traffic(P13, stage, 8, bucket_allreduce=True)
+        calls = deepspeed_traffic.step_traffic([P13], stage, 8, precision="fp16")["collectives"]
+        print(tr(f"stage {stage}: {t.volume_in_params:.0f} Ψ = ")
+              + " + ".join(f"{c['op']} ({(2 if c['op'] == 'all-reduce' else 1) * c['elements'] / P13:.0f} Ψ)"
+                           for c in calls if c["elements"] > 1))
 
 # %% [markdown]
 # ## Q08: gradient accumulation (1 point)
@@ -516,7 +539,7 @@ reference = {f"zero{stage}": sum(c.times for c in comm.traffic(10**9, stage, 8, 
                                  if c.op == "reduce-scatter") for stage in (1, 2)}
 assert dict_keys(plain(Q08, "Q08"), ["zero1", "zero2"], "Q08") == reference, "Q08 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q08")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -547,8 +570,9 @@ print(tr("Right."))
 # </details>
 
 # %%
-for stage in (1, 2, 3):
-    print(tr(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Ψ per optimizer step"))
+if revealed("Q08"):
+    for stage in (1, 2, 3):
+        print(tr(f"stage {stage}, gradient_accumulation_steps=4: {comm.traffic(P13, stage, 8, grad_accum=4).volume_in_params:.0f} Ψ per optimizer step"))
 
 # %% [markdown]
 # ## Q09: buckets (1 point)
@@ -582,7 +606,7 @@ from zerolab.checks import plain, whole
 reference = [c.buckets for c in comm.traffic(units.parse_count("13B"), 2, 8).collectives if c.op == "reduce-scatter"][0]
 assert whole(plain(Q09, "Q09"), "Q09") == reference, "Q09 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q09")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -606,29 +630,30 @@ print(tr("Right."))
 # </details>
 
 # %%
-for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
-    t = comm.traffic(P13, 2, 8, reduce_bucket_size=bucket)
-    print(tr(f"reduce_bucket_size={bucket:.0e}: {t.collectives[0].buckets} buckets per backward pass"))
+if revealed("Q09"):
+    for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
+        t = comm.traffic(P13, 2, 8, reduce_bucket_size=bucket)
+        print(tr(f"reduce_bucket_size={bucket:.0e}: {t.collectives[0].buckets} buckets per backward pass"))
 
 # %% [markdown]
 # ## Q10: `overlap_comm` (1 point)
 #
 # Which is true of `zero_optimization.overlap_comm` in DeepSpeed 0.19.8?
 #
-# - A: on by default for every stage; it costs 4.5x `reduce_bucket_size` of extra memory
-# - B: off by default for stages 0 to 2 and on for stage 3; in stages 1-2 it costs a second bucket buffer
+# - A: off by default for stages 0 to 2 and on for stage 3; in stages 1-2 it costs a second bucket buffer
+# - B: on by default for every stage; it costs 4.5x `reduce_bucket_size` of extra memory
 # - C: off by default for every stage; it costs nothing
 # - D: on by default for stages 1 and 2 and off for stage 3; it makes communication faster
 #
 # Set `Q10` to a letter.
 
-# %% [markdown] lang="zh" en="ea393699982f"
+# %% [markdown] lang="zh" en="17dd84a66baf"
 # ## Q10：`overlap_comm`（1 分）
 #
 # 关于 DeepSpeed 0.19.8 中的 `zero_optimization.overlap_comm`，下面哪一项正确？
 #
-# - A：所有 stage 默认开启；会额外占用 4.5 倍 `reduce_bucket_size` 的显存
-# - B：stage 0 到 2 默认关闭，stage 3 默认开启；在 stage 1-2 中的代价是多一个桶缓冲区
+# - A：stage 0 到 2 默认关闭，stage 3 默认开启；在 stage 1-2 中的代价是多一个桶缓冲区
+# - B：所有 stage 默认开启；会额外占用 4.5 倍 `reduce_bucket_size` 的显存
 # - C：所有 stage 默认关闭；没有任何代价
 # - D：stage 1 和 2 默认开启，stage 3 默认关闭；它能让通信本身变快
 #
@@ -636,26 +661,28 @@ for bucket in (5 * 10**7, comm.DEFAULT_BUCKET, 2 * 10**9):
 
 # %% nbgrader={"grade": false, "grade_id": "ex10_overlap_comm", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q10 = "B"
+Q10 = drill.key("Q10")
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex10_overlap_comm", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from zerolab.checks import choice
 
 _letter = choice(Q10, "ABCD", "Q10")
-assert _letter != "A", "Q10 is not right: the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
-assert _letter == "B", "Q10 is not right: lesson 04 printed the defaults from DeepSpeed's own config class"
+assert _letter != drill.letter("Q10", "everywhere_4_5x"), \
+    "Q10 is not right: the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
+assert drill.is_right("Q10", _letter), "Q10 is not right: lesson 04 printed the defaults from DeepSpeed's own config class"
 ### BEGIN HIDDEN TESTS
+from zerolab import drill
 from zerolab.checks import choice, plain
 
-assert choice(plain(Q10, "Q10"), "ABCD", "Q10") == "B", "Q10 is not right"
+assert choice(plain(Q10, "Q10"), "ABCD", "Q10") == drill.key("Q10"), "Q10 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q10")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer: B.** A validator in `deepspeed/runtime/zero/config.py` sets `overlap_comm = (stage == 3)` when you leave it
+# **Answer.** Off by default up to stage 2, on for stage 3: a validator in `deepspeed/runtime/zero/config.py` sets `overlap_comm = (stage == 3)` when you leave it
 # out (the docs table still says `false`). Overlap does not make communication faster: it runs the reduction of one
 # bucket on a side stream while backward fills the next, which hides communication only as far as there is compute to
 # hide it behind. In ZeRO-1/2 the price is a second reduce buffer of `reduce_bucket_size` elements; in ZeRO-3 it moves
@@ -665,10 +692,10 @@ print(tr("Right."))
 #
 # </details>
 
-# %% [markdown] lang="zh" en="bfa13939fb97"
+# %% [markdown] lang="zh" en="ab5807695e5f"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案：B。** `deepspeed/runtime/zero/config.py` 里有一个校验器：不写这个键时，
+# **答案。** stage 2 及以下默认关闭，stage 3 默认开启：`deepspeed/runtime/zero/config.py` 里有一个校验器：不写这个键时，
 # 它会设置 `overlap_comm = (stage == 3)`（文档里的表格仍写着 `false`）。通信与计算重叠并不会让通信变快：
 # 它在一条单独的 stream 上归约一个桶，同时反向传播去填下一个桶，能藏住多少通信，取决于有多少计算可以拿来掩盖。
 # 在 ZeRO-1/2 中，代价是第二个 `reduce_bucket_size` 个元素的归约缓冲区；在 ZeRO-3 中，
@@ -679,9 +706,10 @@ print(tr("Right."))
 # </details>
 
 # %%
-for flag in (False, True):
-    print(tr(f"overlap_comm={flag}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', flag), 'GB')}"
-             " of gradient buckets per GPU"))
+if revealed("Q10"):
+    for flag in (False, True):
+        print(tr(f"overlap_comm={flag}: {units.format_bytes(comm.bucket_buffer_bytes(comm.DEFAULT_BUCKET, 'fp16', flag), 'GB')}"
+                 " of gradient buckets per GPU"))
 
 # %% [markdown]
 # No DeepSpeed source supports the popular "10-30 % faster" either; the gain depends on the ratio of communication to
@@ -692,11 +720,12 @@ for flag in (False, True):
 # 第 03 课的模型已经说明了这一点：
 
 # %%
-t = comm.traffic(P13, 2, 8)
-for compute_s in (0.5, 2.0, 8.0):
-    off, on = (comm.step_time(t, compute_s, link="ib-hdr", overlap_comm=flag) for flag in (False, True))
-    print(tr(f"compute {compute_s:4} s: step {off.total_s:6.2f} s without overlap, {on.total_s:6.2f} s with it "
-             f"({1 - on.total_s / off.total_s:.0%} less)"))
+if revealed("Q10"):
+    t = comm.traffic(P13, 2, 8)
+    for compute_s in (0.5, 2.0, 8.0):
+        off, on = (comm.step_time(t, compute_s, link="ib-hdr", overlap_comm=flag) for flag in (False, True))
+        print(tr(f"compute {compute_s:4} s: step {off.total_s:6.2f} s without overlap, {on.total_s:6.2f} s with it "
+                 f"({1 - on.total_s / off.total_s:.0%} less)"))
 
 # %% [markdown]
 # ## Q11: offload traffic over PCIe (2 points)
@@ -717,41 +746,53 @@ Q11 = (_t.host_to_device_bytes + _t.device_to_host_bytes) / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex11_offload_pcie", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import close_to
+
 offloaded = comm.traffic(P13, 2, 8, offload_optimizer="cpu")
 expected = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
-assert isinstance(Q11, (int, float)), "Q11 should be a number of GB"
-assert not close(Q11, expected * 8), "that is the whole model; each GPU moves only its own partition"
-assert close(Q11, expected), "not right: which partition goes down to the host, which comes back up, at how many bytes per value?"
+close_to(Q11, expected, "Q11", 0.01, "GB",
+         hint="which partition goes down to the host, which comes back up, at how many bytes per value?",
+         slips={8: "that is the whole model; each GPU moves only its own partition"})
 ### BEGIN HIDDEN TESTS
 from zerolab import comm, units
 from zerolab.checks import plain
 
 offloaded = comm.traffic(units.parse_count("13B"), 2, 8, offload_optimizer="cpu")
 reference = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
-assert abs(plain(Q11, "Q11") - reference) <= 0.01 * reference
+assert abs(plain(Q11, "Q11") - reference) <= 0.01 * reference, "Q11 is not right"
 ### END HIDDEN TESTS
+passed("Q11")
 
 # %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
 # **Answer** (DeepSpeed 0.19.8's accounting, measured by `zerolab.run.meter` on real runs). Each GPU casts its
 # gradient partition (Ψ/Nd values) to fp32 on the GPU and copies it to the host's fp32 gradient: 4 bytes a value, not
 # 2 (`async_inplace_copy_grad_to_fp32_buffer_from_gpu` in `stage_1_and_2.py`). CPU Adam updates the fp32 master
 # weights there, and the updated fp16 partition comes back (2 bytes a value). With gradient accumulation every
 # micro-step also sends the fp16 gradients to a host accumulation buffer, which comes back to be added from the
 # second micro-step on. At PCIe speeds this takes:
+#
+# </details>
 
-# %% [markdown] lang="zh" en="12ecd5902f1b"
+# %% [markdown] lang="zh" en="3ffd574f0ceb"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
 # **答案**（DeepSpeed 0.19.8 的口径，由 `zerolab.run.meter` 在实际运行中实测）。
 # 每张 GPU 先在 GPU 上把自己的梯度分片（Ψ/Nd 个值）转成 fp32，再拷贝到主机上的 fp32 梯度里：每个值 4 字节，
 # 而不是 2 字节（`stage_1_and_2.py` 中的 `async_inplace_copy_grad_to_fp32_buffer_from_gpu`）。
 # CPU Adam 在主机上更新 fp32 主权重，更新后的 fp16 分片再传回 GPU（每个值 2 字节）。做梯度累积时，
 # 每个微步还要把 fp16 梯度送到主机上的累积缓冲区，从第二个微步起，它又要传回来参与累加。按 PCIe 的速度，
 # 这些传输需要：
+#
+# </details>
 
 # %%
-for link in ("pcie3", "pcie4"):
-    print(tr(f"{link}: {units.format_bytes(offloaded.device_to_host_bytes, 'GB')} down "
-             f"{comm.transfer_time(offloaded.device_to_host_bytes, link):.2f} s, "
-             f"{units.format_bytes(offloaded.host_to_device_bytes, 'GB')} up {comm.transfer_time(offloaded.host_to_device_bytes, link):.2f} s"))
+if revealed("Q11"):
+    for link in ("pcie3", "pcie4"):
+        print(tr(f"{link}: {units.format_bytes(offloaded.device_to_host_bytes, 'GB')} down "
+                 f"{comm.transfer_time(offloaded.device_to_host_bytes, link):.2f} s, "
+                 f"{units.format_bytes(offloaded.host_to_device_bytes, 'GB')} up {comm.transfer_time(offloaded.host_to_device_bytes, link):.2f} s"))
 
 # %% [markdown]
 # The popular "offload makes training 2-5x slower" has no source behind it as a fixed factor: the cost depends on the
@@ -795,7 +836,7 @@ host = memory.estimate(units.parse_count("13B"), 3, gpus_per_node=8, offload_opt
 reference = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
 close_to(plain(Q12, "Q12"), reference, "Q12", 0.01, "GB")
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q12")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -823,10 +864,11 @@ print(tr("Right."))
 # </details>
 
 # %%
-print(tr("additional_buffer_factor (DeepSpeed's default):"), memory.DEFAULT_BUFFER_FACTOR)
-for gpus in (1, 8):
-    e = memory.estimate(P13, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
-    print(tr(f"ZeRO-2 + CPU offload, {gpus} GPU(s) per node: DeepSpeed estimates {units.format_bytes(e.cpu_bytes, 'GiB')} of host RAM"))
+if revealed("Q12"):
+    print(tr("additional_buffer_factor (DeepSpeed's default):"), memory.DEFAULT_BUFFER_FACTOR)
+    for gpus in (1, 8):
+        e = memory.estimate(P13, 2, gpus_per_node=gpus, offload_optimizer="cpu", accounting="deepspeed")
+        print(tr(f"ZeRO-2 + CPU offload, {gpus} GPU(s) per node: DeepSpeed estimates {units.format_bytes(e.cpu_bytes, 'GiB')} of host RAM"))
 
 # %% [markdown]
 # ## Q13: `pin_memory` (1 point)
@@ -834,57 +876,59 @@ for gpus in (1, 8):
 # Which is true of `offload_optimizer.pin_memory` in DeepSpeed 0.19.8?
 #
 # - A: pinned memory is extra host memory on top of the offloaded state, so it doubles host RAM
-# - B: it page-locks the host buffers so GPU copies run asynchronously at full PCIe speed; it is on by default, and
+# - B: it is off by default and should always be turned on
+# - C: it page-locks the host buffers so GPU copies run asynchronously at full PCIe speed; it is on by default, and
 #   hosts with little RAM should turn it off
-# - C: it pins the GPU memory so that PyTorch cannot free it
-# - D: it is off by default and should always be turned on
+# - D: it pins the GPU memory so that PyTorch cannot free it
 #
 # Set `Q13` to a letter.
 
-# %% [markdown] lang="zh" en="5725f67ecc18"
+# %% [markdown] lang="zh" en="ea893cf6a7be"
 # ## Q13：`pin_memory`（1 分）
 #
 # 关于 DeepSpeed 0.19.8 中的 `offload_optimizer.pin_memory`，下面哪一项正确？
 #
 # - A：锁页内存是在卸载的状态之外额外占用的主机内存，所以主机内存要翻倍
-# - B：它把主机缓冲区锁页，让 GPU 的拷贝能以 PCIe 满速异步进行；默认开启，内存小的主机应当关掉
-# - C：它把显存钉住，让 PyTorch 无法释放
-# - D：默认关闭，应该一律打开
+# - B：默认关闭，应该一律打开
+# - C：它把主机缓冲区锁页，让 GPU 的拷贝能以 PCIe 满速异步进行；默认开启，内存小的主机应当关掉
+# - D：它把显存钉住，让 PyTorch 无法释放
 #
 # 把 `Q13` 设为一个字母。
 
 # %% nbgrader={"grade": false, "grade_id": "ex13_pin_memory", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q13 = "B"
+Q13 = drill.key("Q13")
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex13_pin_memory", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from zerolab.checks import choice
 
 _letter = choice(Q13, "ABCD", "Q13")
-assert _letter != "D", "Q13 is not right: that was true of older DeepSpeed versions; 0.19.8 changed the default"
-assert _letter == "B", "Q13 is not right: pinning is about host memory and how the GPU copies from it"
+assert _letter != drill.letter("Q13", "off_by_default"), \
+    "Q13 is not right: that was true of older DeepSpeed versions; 0.19.8 changed the default"
+assert drill.is_right("Q13", _letter), "Q13 is not right: pinning is about host memory and how the GPU copies from it"
 ### BEGIN HIDDEN TESTS
+from zerolab import drill
 from zerolab.checks import choice, plain
 
-assert choice(plain(Q13, "Q13"), "ABCD", "Q13") == "B", "Q13 is not right"
+assert choice(plain(Q13, "Q13"), "ABCD", "Q13") == drill.key("Q13"), "Q13 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q13")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer: B.** Page-locked (pinned) memory cannot be swapped out, so the GPU can copy from it by DMA, asynchronously
+# **Answer.** Page-locked (pinned) memory cannot be swapped out, so the GPU can copy from it by DMA, asynchronously
 # and at full speed; pageable memory goes through a staging copy. It is not extra memory: the same buffers are
 # pinned. Since a 2026 DeepSpeed change the default is true (older tutorials say false). Because pinned pages cannot be
 # paged out, small hosts (free Colab, WSL2) run out of memory with it; there set `pin_memory: false`.
 #
 # </details>
 
-# %% [markdown] lang="zh" en="231d239d0c34"
+# %% [markdown] lang="zh" en="030b46e5b45a"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案：B。** 锁页（pinned）内存不会被换出，所以 GPU 可以通过 DMA 从中异步、全速地拷贝；
+# **答案。** 锁页（pinned）内存不会被换出，所以 GPU 可以通过 DMA 从中异步、全速地拷贝；
 # 可分页内存则要先经过一次中转拷贝。它不是额外的内存：被锁页的就是那些缓冲区本身。
 # 自 2026 年 DeepSpeed 的一次改动起，默认值是 true（较早的教程写的是 false）。由于锁页内存无法换出，
 # 内存小的主机（免费版 Colab、WSL2）开着它会内存不足；这时请设置 `pin_memory: false`。
@@ -905,25 +949,28 @@ print(tr("Right."))
 
 # %% nbgrader={"grade": false, "grade_id": "ex14_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q14 = {"T4": "fp16", "A100": "bf16"}
+Q14 = {gpu: drill.precision(gpu) for gpu in ("T4", "A100")}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex14_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from zerolab.checks import choice, dict_keys
 
 dict_keys(Q14, ["T4", "A100"], "Q14")
-assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == "fp16", \
+assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == drill.precision("T4"), \
     "Q14['T4'] is not right: T4 is Turing (compute capability 7.5): it has no bf16 tensor cores"
-assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == "bf16", \
+assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == drill.precision("A100"), \
     "Q14['A100'] is not right: A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
 ### BEGIN HIDDEN TESTS
 from zerolab.checks import choice, dict_keys, plain
 
+from zerolab import drill
+
 answer = dict_keys(plain(Q14, "Q14"), ["T4", "A100"], "Q14")
-assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == {"T4": "fp16", "A100": "bf16"}, \
+assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == \
+    {gpu: drill.precision(gpu) for gpu in ("T4", "A100")}, \
     "Q14 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q14")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -977,7 +1024,7 @@ from zerolab.config import read_settings
 assert whole(plain(Q15, "Q15"), "Q15") == read_settings({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4},
                                                         world_size=16 // 2).grad_accum, "Q15 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q15")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -1015,7 +1062,7 @@ print(tr("Right."))
 
 # %% nbgrader={"grade": false, "grade_id": "ex16_fsdp", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q16 = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
+Q16 = dict(drill.FSDP_STAGE)
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex16_fsdp", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -1024,16 +1071,20 @@ from zerolab.checks import dict_keys, whole
 dict_keys(Q16, ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16")
 for _name in Q16:
     whole(Q16[_name], f"Q16['{_name}']", "a ZeRO stage, 0 to 3")
-assert Q16["FULL_SHARD"] == 3, "Q16['FULL_SHARD'] is not right: FULL_SHARD shards parameters, gradients and optimizer states"
-assert Q16["SHARD_GRAD_OP"] == 2, "Q16['SHARD_GRAD_OP'] is not right: SHARD_GRAD_OP shards gradients and optimizer states"
-assert Q16["NO_SHARD"] == 0, "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
+assert Q16["FULL_SHARD"] == drill.FSDP_STAGE["FULL_SHARD"], \
+    "Q16['FULL_SHARD'] is not right: FULL_SHARD shards parameters, gradients and optimizer states"
+assert Q16["SHARD_GRAD_OP"] == drill.FSDP_STAGE["SHARD_GRAD_OP"], \
+    "Q16['SHARD_GRAD_OP'] is not right: SHARD_GRAD_OP shards gradients and optimizer states"
+assert Q16["NO_SHARD"] == drill.FSDP_STAGE["NO_SHARD"], \
+    "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
 ### BEGIN HIDDEN TESTS
+from zerolab import drill
 from zerolab.checks import dict_keys, plain
 
-assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == \
-    {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}, "Q16 is not right"
+assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == drill.FSDP_STAGE, \
+    "Q16 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q16")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -1059,32 +1110,6 @@ print(tr("Right."))
 # False ≈ `SHARD_GRAD_OP`）。
 #
 # </details>
-
-# %% [markdown]
-# ## Summary
-#
-# - 16 bytes per parameter: 2 fp16 parameters + 2 fp16 gradients + K = 12 (fp32 master weights, momentum, variance).
-# - Per GPU: ZeRO-1 divides the 12 by Nd, ZeRO-2 the 14, ZeRO-3 all 16; DeepSpeed's estimator adds 4 bytes of fp32
-#   gradients and prints GiB as "GB".
-# - Volume: 2Ψ for DDP, ZeRO-1 and ZeRO-2; 3Ψ for ZeRO-3. ZeRO-2 and -3 reduce on every micro-step, in buckets.
-# - `overlap_comm`: off for stages 0-2, on for stage 3 by default; costs a second bucket buffer, not 4.5x.
-# - Offload: the GPU keeps the fp16 parameters (ZeRO-2), the host keeps at least 16 bytes per parameter, and each
-#   step moves the gradient and parameter partitions over PCIe; `pin_memory` is on by default.
-# - fp16 before Ampere, bf16 from Ampere; batch = micro batch x accumulation x data-parallel replicas.
-# - FSDP: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD ≈ DDP.
-
-# %% [markdown] lang="zh" en="2519f68c5d4d"
-# ## 小结
-#
-# - 每个参数 16 字节：2 字节 fp16 参数 + 2 字节 fp16 梯度 + K = 12（fp32 主权重、动量、方差）。
-# - 每张 GPU：ZeRO-1 把其中 12 字节除以 Nd，ZeRO-2 把 14 字节除以 Nd，ZeRO-3 把全部 16 字节除以 Nd；
-#   DeepSpeed 的估算函数多算 4 字节 fp32 梯度，并把 GiB 标成 “GB”。
-# - 通信量：DDP、ZeRO-1 和 ZeRO-2 都是 2Ψ；ZeRO-3 是 3Ψ。ZeRO-2 和 -3 每个微步都要归约，而且分桶进行。
-# - `overlap_comm`：stage 0-2 默认关闭，stage 3 默认开启；代价是多一个桶缓冲区，不是 4.5 倍。
-# - 卸载：GPU 上保留 fp16 参数（ZeRO-2），主机上每个参数至少 16 字节，每步要经 PCIe 传输梯度分片和参数分片；
-#   `pin_memory` 默认开启。
-# - Ampere 之前用 fp16，Ampere 起用 bf16；batch = 微批次 x 累积步数 x 数据并行副本数。
-# - FSDP：FULL_SHARD ≈ ZeRO-3，SHARD_GRAD_OP ≈ ZeRO-2，NO_SHARD ≈ DDP。
 
 # %% [markdown]
 # ## Q17: activations and sequence length (1 point)
@@ -1116,15 +1141,16 @@ print(tr("Right."))
 
 # %% nbgrader={"grade": false, "grade_id": "ex17_activations_sequence", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q17 = "B"
+Q17 = drill.key("Q17")
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex17_activations_sequence", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from zerolab.checks import choice
 
 _letter = choice(Q17, "ABCD", "Q17")
-assert _letter != "D", "Q17 is not right: ZeRO partitions model states; each GPU keeps the activations of its own micro-batch"
-assert _letter == "B", "Q17 is not right: which terms of sbh(34 + 5as/h) grow with s, and which with s squared?"
+assert _letter != drill.letter("Q17", "partitioned"), \
+    "Q17 is not right: ZeRO partitions model states; each GPU keeps the activations of its own micro-batch"
+assert drill.is_right("Q17", _letter), "Q17 is not right: which terms of sbh(34 + 5as/h) grow with s, and which with s squared?"
 ### BEGIN HIDDEN TESTS
 from zerolab.activations import layer_terms
 from zerolab.checks import choice, plain
@@ -1134,24 +1160,26 @@ _model = preset("llama2-7b")
 _growth = (sum(layer_terms(_model, 8192, 2, "bf16", "standard").values())
            / sum(layer_terms(_model, 4096, 2, "bf16", "standard").values()))
 assert 2 < _growth < 4, "the course's own activation model no longer puts the growth between 2 and 4"
-assert choice(plain(Q17, "Q17"), "ABCD", "Q17") == "B", "Q17 is not right"
+from zerolab import drill
+
+assert choice(plain(Q17, "Q17"), "ABCD", "Q17") == drill.key("Q17"), "Q17 is not right"
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q17")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer.** B. Per layer the paper counts sbh(34 + 5as/h) bytes: the 34sbh part (inputs of the linear layers,
+# **Answer.** More than 2 but less than 4. Per layer the paper counts sbh(34 + 5as/h) bytes: the 34sbh part (inputs of the linear layers,
 # norms, GeLU) grows with s, the 5as²b part (softmax output, its dropout mask and output) with s². So the factor is
 # between 2 and 4, closer to 4 the longer the sequence. A fused ("flash") attention keeps no scores, and then the
 # answer is exactly 2; so does selective recomputation, which recomputes the scores in backward (the cell below).
 #
 # </details>
 
-# %% [markdown] lang="zh" en="1e3b46e65bd5"
+# %% [markdown] lang="zh" en="3ca475bc8b38"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案。** B。论文按每层 sbh(34 + 5as/h) 字节计算：34sbh 这部分（线性层的输入、norm、GeLU）随 s 增长，
+# **答案。** 大于 2 倍、小于 4 倍。论文按每层 sbh(34 + 5as/h) 字节计算：34sbh 这部分（线性层的输入、norm、GeLU）随 s 增长，
 # 5as²b 这部分（softmax 的输出、它的 dropout 掩码和 dropout 输出）随 s² 增长。所以倍数在 2 到 4 之间，
 # 序列越长越接近 4。融合（“flash”）注意力不保留分数，这时答案正好是 2；选择性重计算在反向时重算分数，
 # 答案同样是 2（见下面的单元格）。
@@ -1159,14 +1187,15 @@ print(tr("Right."))
 # </details>
 
 # %%
-from zerolab.activations import layer_terms
-from zerolab.models import preset
+if revealed("Q17"):
+    from zerolab.activations import layer_terms
+    from zerolab.models import preset
 
-for attention in ("standard", "flash"):
-    model = preset("gpt3-13b")
-    growth = (sum(layer_terms(model, 4096, 1, "fp16", attention).values())
-              / sum(layer_terms(model, 2048, 1, "fp16", attention).values()))
-    print(tr(f"{attention:8s} attention: 2048 -> 4096 tokens multiplies a layer's activations by {growth:.2f}"))
+    for attention in ("standard", "flash"):
+        model = preset("gpt3-13b")
+        growth = (sum(layer_terms(model, 4096, 1, "fp16", attention).values())
+                  / sum(layer_terms(model, 2048, 1, "fp16", attention).values()))
+        print(tr(f"{attention:8s} attention: 2048 -> 4096 tokens multiplies a layer's activations by {growth:.2f}"))
 
 # %% [markdown]
 # ## Q18: what activation checkpointing keeps (1 point)
@@ -1206,7 +1235,7 @@ from zerolab.models import preset
 _kept = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", "full")
 close_to(plain(Q18, "Q18"), _kept.layers * _kept.layer_bytes / 1e9, "Q18", 0.01, "GB")
 ### END HIDDEN TESTS
-print(tr("Right."))
+passed("Q18")
 
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
@@ -1229,11 +1258,45 @@ print(tr("Right."))
 # </details>
 
 # %%
-for recompute in ("none", "full"):
-    act = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", recompute)
-    print(tr(f"recompute {recompute:4s}: kept by the layers {units.format_bytes(act.layers * act.layer_bytes):>9}, "
-             f"while one layer recomputes {units.format_bytes(sum(act.working.values())):>9}, "
-             f"total {units.format_bytes(act.total_bytes):>9}"))
+if revealed("Q18"):
+    for recompute in ("none", "full"):
+        act = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", recompute)
+        print(tr(f"recompute {recompute:4s}: kept by the layers {units.format_bytes(act.layers * act.layer_bytes):>9}, "
+                 f"while one layer recomputes {units.format_bytes(sum(act.working.values())):>9}, "
+                 f"total {units.format_bytes(act.total_bytes):>9}"))
+
+# %% [markdown]
+# ## Summary
+#
+# - 16 bytes per parameter: 2 fp16 parameters + 2 fp16 gradients + K = 12 (fp32 master weights, momentum, variance).
+# - Per GPU: ZeRO-1 divides the 12 by Nd, ZeRO-2 the 14, ZeRO-3 all 16; DeepSpeed's estimator adds 4 bytes of fp32
+#   gradients and prints GiB as "GB".
+# - Volume, in the paper's accounting: 2Ψ for DDP, ZeRO-1 and ZeRO-2; 3Ψ for ZeRO-3. DeepSpeed 0.19.8's default
+#   ZeRO-1/2 all-reduce the gradient buckets and then all-gather the parameters: 3Ψ, 1.5x DDP. ZeRO-2 and -3 reduce
+#   on every micro-step, in buckets.
+# - `overlap_comm`: off for stages 0-2, on for stage 3 by default; costs a second bucket buffer, not 4.5x.
+# - Offload: the GPU keeps the fp16 parameters (ZeRO-2), the host keeps at least 16 bytes per parameter, and each
+#   step moves the gradient and parameter partitions over PCIe; `pin_memory` is on by default.
+# - fp16 before Ampere, bf16 from Ampere; batch = micro batch x accumulation x data-parallel replicas.
+# - FSDP: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD ≈ DDP.
+# - Activations are not partitioned: each GPU keeps those of its own micro-batch. They grow with the sequence
+#   length, faster where attention keeps its s x s scores; full recomputation keeps only each layer's input.
+
+# %% [markdown] lang="zh" en="45dd511cb6c2"
+# ## 小结
+#
+# - 每个参数 16 字节：2 字节 fp16 参数 + 2 字节 fp16 梯度 + K = 12（fp32 主权重、动量、方差）。
+# - 每张 GPU：ZeRO-1 把其中 12 字节除以 Nd，ZeRO-2 把 14 字节除以 Nd，ZeRO-3 把全部 16 字节除以 Nd；
+#   DeepSpeed 的估算函数多算 4 字节 fp32 梯度，并把 GiB 标成 “GB”。
+# - 通信量，按论文的口径：DDP、ZeRO-1 和 ZeRO-2 都是 2Ψ；ZeRO-3 是 3Ψ。DeepSpeed 0.19.8 默认的 ZeRO-1/2
+#   先对梯度桶做 all-reduce，再 all-gather 参数：3Ψ，是 DDP 的 1.5 倍。ZeRO-2 和 -3 每个微步都要归约，而且分桶进行。
+# - `overlap_comm`：stage 0-2 默认关闭，stage 3 默认开启；代价是多一个桶缓冲区，不是 4.5 倍。
+# - 卸载：GPU 上保留 fp16 参数（ZeRO-2），主机上每个参数至少 16 字节，每步要经 PCIe 传输梯度分片和参数分片；
+#   `pin_memory` 默认开启。
+# - Ampere 之前用 fp16，Ampere 起用 bf16；batch = 微批次 x 累积步数 x 数据并行副本数。
+# - FSDP：FULL_SHARD ≈ ZeRO-3，SHARD_GRAD_OP ≈ ZeRO-2，NO_SHARD ≈ DDP。
+# - 激活值不切分：每张 GPU 保留自己那个微批次的激活值。它们随序列长度增长，注意力保留 s x s 分数时增长得更快；
+#   完全重计算只保留每一层的输入。
 
 # %% [markdown]
 # ## References

@@ -346,14 +346,25 @@ def _q(name, wrong, right):
             "right": [f"{name} = {value}\n" for value in right]}
 
 
+def _mc(name, wrong, other, right):
+    """A multiple-choice question: its wrong options by id (zerolab.drill places them), then other wrong answers,
+    then the right letter written as given in ``right`` (``{}`` for the letter, ``{l}`` lower case)."""
+    from zerolab import drill
+
+    key = drill.key(name)
+    return _q(name, [(f'"{drill.letter(name, option)}"', words) for option, words in wrong] + other,
+              [form.format(key, l=key.lower()) for form in right])
+
+
 _Q04 = '{"zero1": %s, "zero2": %s, "zero3": %s}'
 _Q16 = '{"FULL_SHARD": %s, "SHARD_GRAD_OP": %s, "NO_SHARD": %s}'
 L07 = {
     "ex1_bytes_per_param": _q("Q01", [('"16 bytes"', "wrong type"), ("12", "master weights"), ("2", "only the fp16"),
                                       ("16e-9", "wrong unit"), ("20", "not right"), ("True", "wrong type")],
                               ["16", "16.0", "2 + 2 + 4 + 4 + 4"]),
-    "ex2_k12": _q("Q02", [("2", "wrong type"), ('"E"', "should be one of"), ('"A"', "not right"),
-                          ('["B"]', "wrong type"), ('"D"', "not right")], ['"B"', '" b "', '"b"']),
+    "ex2_k12": _mc("Q02", [("fp16_and_momentum", "not right"), ("six_bytes_each", "not right")],
+                   [("2", "wrong type"), ('"E"', "should be one of"), ('["B"]', "wrong type")],
+                   ['"{}"', '" {l} "', '"{l}"']),
     "ex3_adam_13b": _q("Q03", [("52", "one fp32 tensor"), ("104e9", "wrong unit"), ("96.86", "wrong unit"),
                                ("156", "master weights"), ('"104 GB"', "wrong type")],
                        ["104", "104.0", "13e9 * 8 / 1e9", "103.5"]),
@@ -387,12 +398,13 @@ L07 = {
     "ex9_buckets": _q("Q09", [("26.0", "wrong type"), ("52", "counts bytes"), ('"26"', "wrong type"),
                               ("13", "not right"), ("27", "not right")],
                       ["26", "int(13e9 // 5e8)", "-(-13_000_000_000 // 500_000_000)"]),
-    "ex10_overlap_comm": _q("Q10", [('"A"', "4.5x"), ('"C"', "not right"), ("1", "wrong type"),
-                                    ('"B)"', "should be one of"), ('"D"', "not right")], ['"B"', '"b"', '" B\\n"']),
+    "ex10_overlap_comm": _mc("Q10", [("everywhere_4_5x", "4.5x"), ("free", "not right"), ("faster", "not right")],
+                             [("1", "wrong type"), ('"B)"', "should be one of")], ['"{}"', '"{l}"', '" {}\\n"']),
     "ex12_host_ram": _q("Q12", [("156", "leaves out one"), ("208e9", "wrong unit"), ("193.7", "wrong unit"),
                                 ('"208"', "wrong type"), ("104", "not right")], ["208", "208.0", "13 * 16"]),
-    "ex13_pin_memory": _q("Q13", [('"D"', "older DeepSpeed"), ('"A"', "not right"), ('["B"]', "wrong type"),
-                                  ('""', "should be one of"), ("2", "wrong type")], ['"B"', '"b"', '"  B"']),
+    "ex13_pin_memory": _mc("Q13", [("off_by_default", "older DeepSpeed"), ("doubles_ram", "not right")],
+                           [('["B"]', "wrong type"), ('""', "should be one of"), ("2", "wrong type")],
+                           ['"{}"', '"{l}"', '"  {}"']),
     "ex14_precision": _q("Q14", [('{"T4": "bf16", "A100": "bf16"}', "no bf16 tensor cores"),
                                  ('{"t4": "fp16", "A100": "bf16"}', "wrong case"),
                                  ('{"T4": 16, "A100": "bf16"}', "wrong type"),
@@ -408,9 +420,10 @@ L07 = {
                             (_Q16 % (2, 1, 0), "FULL_SHARD shards"), (_Q16 % ("3.0", "2.0", "0.0"), "wrong type")],
                     [_Q16 % (3, 2, 0), "dict(FULL_SHARD=3, SHARD_GRAD_OP=2, NO_SHARD=0)",
                      '{"NO_SHARD": 0, "FULL_SHARD": 3, "SHARD_GRAD_OP": 2}']),
-    "ex17_activations_sequence": _q("Q17", [("2", "wrong type"), ('"E"', "should be one of"), ('"A"', "not right"),
-                                             ('"D"', "not right"), ('["B"]', "wrong type"), ('"C"', "not right")],
-                                    ['"B"', '" b "', '"b"']),
+    "ex17_activations_sequence": _mc("Q17", [("exactly_2", "not right"), ("partitioned", "not right"),
+                                             ("exactly_4", "not right")],
+                                     [("2", "wrong type"), ('"E"', "should be one of"), ('["B"]', "wrong type")],
+                                     ['"{}"', '" {l} "', '"{l}"']),
     "ex18_checkpointed_inputs": _q("Q18", [("32 * 4096 * 4096 * 2", "wrong unit"), ("32 * 4096 * 4096 * 4 / 1e9", "not 4"),
                                            ("32 * 4096 * 4096 / 1e9", "bytes of a bf16 value"),
                                            ("4096 * 4096 * 2 / 1e9", "32 layers"), ('"1.07 GB"', "wrong type"),
