@@ -27,13 +27,7 @@ from zerolab.tools import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
-STILL_STOPS = {"08_zero_from_scratch": "issue 25: lesson 08's teaching cells still raise without answers"}
 ANSWER_NAME = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=", re.M)
-
-
-def lesson_params():
-    return [pytest.param(name, marks=pytest.mark.xfail(reason=STILL_STOPS[name], strict=False))
-            if name in STILL_STOPS else name for name in LESSONS]
 
 
 def execute(nb, tmp_path, language):
@@ -157,7 +151,7 @@ def errors_outside_exercises(nb):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("language", ["en", "zh"])
-@pytest.mark.parametrize("name", lesson_params())
+@pytest.mark.parametrize("name", LESSONS)
 def test_run_all_of_an_unanswered_release_reaches_the_end_with_no_answer_in_sight(name, language, tmp_path):
     folder = ROOT / "lessons" / ("zh" if language == "zh" else "")
     nb = execute(nbformat.read(str(folder / f"{name}.ipynb"), as_version=4), tmp_path, language)
