@@ -104,7 +104,8 @@ def test_release_hides_solutions_and_links_to_itself(name):
     else:  # no instructor note: how to publish is in the README's instructor guide
         assert "colab.research.google.com" not in badge.source and "setup cell" in badge.source
         assert not any(word in badge.source for word in ("REPO", "course.py", "build.py", "publish")), badge.source
-    assert setup.metadata["nbgrader"]["grade_id"] == "setup" and course.install_url() in setup.source
+    assert setup.metadata["nbgrader"]["grade_id"] == "setup"
+    assert f"INSTALL_URL = {course.install_url()!r}" in setup.source.splitlines()  # None while unpublished
     assert setup.metadata["jupyter"]["source_hidden"], "the setup cell is folded"
     assert release.metadata["kernelspec"]["name"] == "python3" and release.metadata["language_info"]["name"] == "python"
     for cell in release.cells:
