@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up a checkout: a virtual environment in .venv with everything in requirements.txt (zerolab included),
 # Jupyter configured for students (scripts/student_jupyter.py) and DeepSpeed's two CPU ops compiled once.
-#   bash scripts/setup.sh            the course. Returns as soon as lessons 01-05 can run: the ops (needed from
-#                                    lesson 06 on) compile in the background, detached, logged to
+#   bash scripts/setup.sh            the course. Returns as soon as the lessons can run: the ops (needed only by
+#                                    lesson 06 and `zerolab run`) compile in the background, detached, logged to
 #                                    .venv/build_ops.log; a run that needs one waits for it with a progress line
 #   bash scripts/setup.sh --grading  also what grading and the full test suite need: bubblewrap (the sandbox
 #                                    `zerolab grade` runs student code in), Debian's chromium and Playwright
@@ -23,8 +23,8 @@ if [ "${1:-}" != "--grading" ]; then
         # setsid: its own session, so neither closing the terminal nor Ctrl+C in JupyterLab stops the compile
         setsid "${build_ops[@]}" >"$log" 2>&1 </dev/null &
         echo $! >.venv/build_ops.pid
-        echo "setup: DeepSpeed's CPU ops (lessons 06 and 08) compile in the background the first time, about" \
-             "4 minutes on 2 cores (log: $log); a run that needs one waits for it. Lessons 01-05 are ready now."
+        echo "setup: ready. DeepSpeed's CPU ops, which only lesson 06 and \`zerolab run\` need, compile in the" \
+             "background the first time, about 4 minutes on 2 cores (log: $log); a run that needs one waits for it."
     fi
     exit 0
 fi
