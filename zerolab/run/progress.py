@@ -7,9 +7,8 @@ the line says whether it was compiled now or loaded from the cache (the latter o
 import sys
 import time
 
-from zerolab.run.op_cache import TYPICAL_BUILD_S
-
 from zerolab.i18n import tr
+from zerolab.run.op_cache import TYPICAL_BUILD_S
 
 ANNOUNCE_AFTER_S = 2.0
 CACHED_ANNOUNCE_AFTER_S = 15.0  # an op with a cached .so is loading, unless torch finds it stale and rebuilds it
