@@ -72,3 +72,33 @@ def test_a_slow_load_from_the_cache_says_so_and_never_compiled():
     progress.on_event({"event": "built", "op": "cpu_adam", "rank": 0, "seconds": 3.2, "compiled": False,
                        "build_seconds": 3.2})
     assert lines(progress) == ["DeepSpeed op cpu_adam loaded from the cache in 3 s"]
+
+
+def test_in_a_notebook_the_op_line_stays_and_the_run_goes_on_below(monkeypatch):
+    """The ticking line becomes the op's final line, which the step lines after it do not overwrite."""
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def __init__(self, text):
+            self.texts = [text]
+
+        def update(self, data, raw):
+            self.texts.append(data["text/plain"])
+
+    def display(data, raw, display_id):
+        shown.append(Handle(data["text/plain"]))
+        return shown[-1]
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    progress = Progress(notebook=True)
+    progress.on_event({"event": "build", "op": "cpu_adam", "rank": 0, "started": time.time() - 30, "cached": False,
+                       "building_since": None})
+    progress.on_tick()
+    progress.on_event({"event": "built", "op": "cpu_adam", "rank": 0, "seconds": 31.0, "compiled": True,
+                       "build_seconds": 31.0})
+    progress.on_event({"event": "step", "rank": 0, "step": 1, "steps": 2, "loss": 4.9, "seconds": 0.1})
+    assert len(shown) == 2, [handle.texts for handle in shown]
+    assert shown[0].texts[0].startswith("compiling cpu_adam") and "compiled now" in shown[0].texts[-1]
+    assert shown[1].texts == ["step 1/2  loss 4.900  0.10 s"]

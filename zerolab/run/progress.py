@@ -36,10 +36,11 @@ class Progress:
         self.stream = stream or sys.stderr
         self.notebook = in_notebook() if notebook is None else notebook
         self.handle = None
-        self.building = {}  # op -> (started, announced)
+        self.building = {}  # op -> [since (epoch), announced, seconds before the first "compiling" line]
         self.last_tick = time.monotonic()
 
-    def say(self, text, final=True):
+    def say(self, text, final=True, keep=False):
+        """In a notebook the line replaces the one before; keep=True leaves it standing (the next line starts below)."""
         if self.notebook:
             from IPython.display import display
 
@@ -47,6 +48,8 @@ class Progress:
                 self.handle = display({"text/plain": text}, raw=True, display_id=True)
             else:
                 self.handle.update({"text/plain": text}, raw=True)
+            if keep:
+                self.handle = None
         elif final:
             print(text, file=self.stream, flush=True)
 
@@ -62,9 +65,9 @@ class Progress:
             if event.get("compiled"):
                 minutes, seconds = minutes_seconds(event.get("build_seconds", event["seconds"]))
                 self.say(tr(f"DeepSpeed op {event['op']} compiled now in {minutes} min {seconds} s "
-                            "(cached for next time)"))
+                            "(cached for next time)"), keep=True)
             elif announced or event["seconds"] >= ANNOUNCE_AFTER_S:
-                self.say(tr(f"DeepSpeed op {event['op']} loaded from the cache in {event['seconds']:.0f} s"))
+                self.say(tr(f"DeepSpeed op {event['op']} loaded from the cache in {event['seconds']:.0f} s"), keep=True)
         elif kind == "phase" and event.get("rank") == 0:
             self.say(tr("rank 0: {phase}").format(phase=tr(event["phase"])))  # a closed key: no open "rank 0: {}"
         elif kind == "step" and event.get("rank") == 0:
