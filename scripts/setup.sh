@@ -24,11 +24,11 @@ if [ "${1:-}" != "--grading" ]; then
         setsid "${build_ops[@]}" >"$log" 2>&1 </dev/null &
         echo $! >.venv/build_ops.pid
         echo "setup: ready. DeepSpeed's CPU ops, which only lesson 06 and \`zerolab run\` need, compile in the" \
-             "background the first time, about 4 minutes on 2 cores (log: $log); a run that needs one waits for it."
+             "background the first time, 1-8 minutes on 2 cores (log: $log); a run that needs one waits for it."
     fi
     exit 0
 fi
-echo "setup: compiling DeepSpeed's CPU ops once (about 1 and 3 minutes on 2 cores the first time; cached afterwards)"
+echo "setup: compiling DeepSpeed's CPU ops once (1-8 minutes on 2 cores the first time; cached afterwards)"
 # in the background: the compiler works while the grading extras below download and unpack
 "${build_ops[@]}" &
 ops=$!

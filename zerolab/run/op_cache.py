@@ -7,8 +7,9 @@ written after a load began says that load compiled the op rather than loading it
 """
 import os
 
-# Measured cold builds on 2 cores (scripts/build_ops.py, TORCH_EXTENSIONS_DIR emptied): shm comm 46 s and
-# cpu_adam 69 s on an idle machine, 46 s and 198 s with other jobs on the cores, 169 s and 289 s on a busy one.
+# Measured cold builds on 2 cores (scripts/build_ops.py, TORCH_EXTENSIONS_DIR emptied), shm comm and cpu_adam:
+# 34 s and 42 s at load average 4, 46 s and 198 s at 2-11, 167 s and 309 s at 9-15, 176 s and 401 s at 12-17
+# (issue 25: 169 s and 289 s). The figures below are the middle of that range, what a student is told to expect.
 TYPICAL_BUILD_S = {"deepspeed_shm_comm": 60, "cpu_adam": 180}
 
 
