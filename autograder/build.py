@@ -1,6 +1,6 @@
 """Build every generated notebook of the course from its one source, autograder/src/<name>.py.
 
-    python autograder/build.py [--out DIR] [--lesson NAME ...] [--no-execute]
+    python autograder/build.py [--out DIR] [--lesson NAME ...] [--no-execute] [--publish https://github.com/OWNER/NAME]
 
 For each lesson it writes (under DIR, default: the repository):
   autograder/source/<name>/<name>.ipynb  the instructor notebook: the source plus the Colab badge and setup cell
@@ -11,12 +11,16 @@ and the lesson maps of README.md and README.zh.md (badges and links from zerolab
 Both editions are one nbgrader assignment: the Chinese differs only in its markdown and in its notebook metadata
 (`zerolab.language`), which tells the kernel to speak Chinese (zerolab/i18n.py).
 --no-execute skips solutions/ (tests/test_build.py checks them against the source notebook instead).
+--publish URL writes URL into zerolab/course.py REPO (under DIR) and builds the badges and the setup cell's
+install line from it. Without it, REPO is used, else the checkout's `origin` remote when it is on GitHub; with
+none of them the copy is unpublished (no badges; the setup cell says so on Colab and ModelScope).
 The format of a source file is described in autograder/src/README.md.
 """
 import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,11 +37,17 @@ SRC = AUTOGRADER / "src"
 SETUP_SNIPPET = SRC / "_setup.py"
 CELL_TIMEOUT_S = 900  # building solutions: generous, lesson 06's three real runs took over 300 s on a loaded 2-core machine
 NBGRADER_KEYS = ("grade", "grade_id", "locked", "schema_version", "solution")
-# What a python3 kernel reports (less its version), so a lesson opens as saved in JupyterLab and Notebook 7.
+# What JupyterLab and Notebook 7 write into a notebook once its python3 kernel has started: the kernel's
+# kernelspec and language_info (its Python version included: any difference marks the notebook modified as soon
+# as it opens), and, on saving, the widget state (scripts/student_jupyter.py turns saveState on). A lesson carries
+# exactly that, so opening it changes nothing and saving it unedited rewrites the same file. The version is the
+# course's Python (the README's set-up; tests/test_browser.py checks the kernel it starts reports it).
+PYTHON_VERSION = "3.11.7"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
                  "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
-                 "pygments_lexer": "ipython3"}
+                 "pygments_lexer": "ipython3", "version": PYTHON_VERSION}
+NO_WIDGET_STATE = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}}
 
 sys.path.insert(0, str(ROOT))  # build from a checkout even where zerolab is not installed
 from zerolab import course  # noqa: E402
@@ -64,13 +74,15 @@ def setup_cell_source(name):
 
 
 def badge_cell_source(name, language="en"):
-    """Colab and ModelScope badges (zerolab/course.py REPO); a note instead while REPO is the placeholder."""
+    """Colab and ModelScope badges (zerolab/course.py REPO); while unpublished, a line for the student instead
+    (how to publish is the instructor's business: the README says it)."""
     if language == "zh":
         if not course.published():
-            return f"*{course.UNPUBLISHED_NOTE_ZH}* 在本地：`bash scripts/setup.sh`，见 README.zh.md。"
+            return "请先运行下面（折叠起来的）设置单元：它检查 zerolab 是否已安装。在自己的机器上，`bash scripts/setup.sh` 会安装它（见 README.zh.md）。"
         return f"{course.badges(name, 'zh')}\n\n在 Colab 和 ModelScope 上，下面的设置单元会安装本课所需的包；请先运行它。"
     if not course.published():
-        return f"*{course.UNPUBLISHED_NOTE}* Locally: `bash scripts/setup.sh`, see the README."
+        return ("Run the setup cell below (folded) first: it checks that zerolab is installed. On your own machine "
+                "`bash scripts/setup.sh` installs it (see the README).")
     return (f"{course.badges(name)}\n\n"
             "On Colab and ModelScope the setup cell below installs what the lesson needs; run it first.")
 
@@ -99,7 +111,7 @@ def source_notebook(name, language="en"):
                 tags = cell.metadata.setdefault("tags", [])
                 if "raises-exception" not in tags:
                     tags.append("raises-exception")
-    nb.metadata = {"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO}
+    nb.metadata = {"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO, "widgets": NO_WIDGET_STATE}
     if language != "en":
         nb.metadata["zerolab"] = {"language": language}
     nb.nbformat, nb.nbformat_minor = 4, 5
@@ -208,8 +220,47 @@ def readme_with_lesson_map(text):
     return with_lesson_map(text, README_MAP, "## Lessons\n\n", course.lesson_map())
 
 
-def build(names, out, execute=True, log=print):
+GITHUB_URL = re.compile(r"^(?:https?://github\.com/|git@github\.com:|ssh://git@github\.com/)"
+                        r"(?P<owner>[A-Za-z0-9][A-Za-z0-9-]*)/(?P<name>[A-Za-z0-9._-]+?)(?:\.git)?/?$")
+
+
+def github_repository(url):
+    """https://github.com/OWNER/NAME for a GitHub URL in any form git accepts (https, ssh); None for others."""
+    found = GITHUB_URL.match(url.strip())
+    return f"https://github.com/{found['owner']}/{found['name']}" if found else None
+
+
+def origin_repository(root=ROOT):
+    """The checkout's `origin` remote when it is a GitHub repository, else None."""
+    done = subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"], capture_output=True, text=True)
+    return github_repository(done.stdout) if done.returncode == 0 else None
+
+
+COURSE_REPO_LINE = re.compile(r"^REPO = .*$", re.M)
+
+
+def publish(url, out):
+    """Write url into zerolab/course.py's REPO under out (the repository itself by default)."""
+    repository = github_repository(url)
+    if repository is None or not url.startswith("https://github.com/"):
+        raise BuildError(f"--publish takes the course's GitHub repository, https://github.com/OWNER/NAME; got {url!r}")
+    text = (ROOT / "zerolab" / "course.py").read_text()
+    if len(COURSE_REPO_LINE.findall(text)) != 1:
+        raise BuildError("zerolab/course.py must have exactly one line starting 'REPO = '")
+    text = COURSE_REPO_LINE.sub(lambda _: f"REPO = {repository!r}  # published with autograder/build.py --publish",
+                                text)
+    (out / "zerolab").mkdir(parents=True, exist_ok=True)
+    (out / "zerolab" / "course.py").write_text(text)
+    return repository
+
+
+def build(names, out, execute=True, log=print, publish_url=None):
     out.mkdir(parents=True, exist_ok=True)
+    if publish_url:
+        course.REPO = publish(publish_url, out)
+    elif course.REPO is None:
+        course.REPO = origin_repository()
+    log(f"published at {course.REPO}" if course.published() else "unpublished: no badges (see --publish)")
     (out / "README.md").write_text(readme_with_lesson_map((ROOT / "README.md").read_text()))
     (out / "README.zh.md").write_text(with_lesson_map((ROOT / "README.zh.md").read_text(), README_ZH_MAP, "",
                                                       course.lesson_map_zh(), "README.zh.md"))
@@ -235,9 +286,12 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=ROOT, help="folder to write into (default: the repository)")
     parser.add_argument("--lesson", action="append", metavar="NAME", help="build only this lesson (repeatable)")
     parser.add_argument("--no-execute", action="store_true", help="skip executing the solutions")
+    parser.add_argument("--publish", metavar="URL", help="the course's GitHub repository, https://github.com/OWNER/NAME: "
+                        "written into zerolab/course.py REPO; badges and the setup cell's install line use it")
     args = parser.parse_args(argv)
     try:
-        build(args.lesson or lesson_names(), args.out.resolve(), execute=not args.no_execute)
+        build(args.lesson or lesson_names(), args.out.resolve(), execute=not args.no_execute,
+              publish_url=args.publish)
     except BuildError as error:
         print(f"build: error: {error}", file=sys.stderr)
         return 2

@@ -5,6 +5,8 @@
 The ops are DeepSpeed's shared-memory communication op (used by every CPU run) and CPU Adam (used with optimizer
 offload). Each is compiled with g++ and ninja on first use and cached in ~/.cache/torch_extensions (or
 $TORCH_EXTENSIONS_DIR); an op already cached loads in a second. A line every 15 s shows the build is alive.
+`bash scripts/setup.sh` runs it in the background (log: .venv/build_ops.log); a run that needs an op meanwhile
+waits for this build (torch's lock in the op's folder) and shows its progress (zerolab/run/progress.py).
 """
 import os
 import sys
@@ -22,21 +24,26 @@ def build(name):
     if builder is None:
         print(f"build_ops: {name} is not offered by DeepSpeed's {get_accelerator().device_name()} accelerator; skipped")
         return 0.0
-    started = time.perf_counter()
+    from zerolab.run import op_cache
+
+    started = time.time()
     done = threading.Event()
 
     def tick():
         while not done.wait(TICK_S):
-            print(f"  still compiling {builder.NAME}: {time.perf_counter() - started:.0f} s", flush=True)
+            print(f"  still compiling {builder.NAME}: {time.time() - started:.0f} s", flush=True)
 
-    print(f"DeepSpeed op {builder.NAME}: loading, or compiling on first use (1-3 minutes on 2 cores) ...", flush=True)
+    typical = op_cache.TYPICAL_BUILD_S.get(builder.NAME)
+    about = f", about {round(typical / 60)} min on 2 cores" if typical else ""
+    print(f"DeepSpeed op {builder.NAME}: loading, or compiling on first use{about} ...", flush=True)
     threading.Thread(target=tick, daemon=True).start()
     try:
         builder.load(verbose=False)
     finally:
         done.set()
-    seconds = time.perf_counter() - started
-    print(f"DeepSpeed op {builder.NAME}: ready after {seconds:.0f} s", flush=True)
+    seconds = time.time() - started
+    how = "compiled now" if op_cache.compiled_after(builder.NAME, started) else "loaded from the cache"
+    print(f"DeepSpeed op {builder.NAME}: {how} in {seconds:.0f} s", flush=True)
     return seconds
 
 
@@ -47,7 +54,7 @@ def main():
     for lock in clear_stale_locks():
         print(f"build_ops: removed a stale build lock left by a killed build: {lock}", flush=True)
     total = sum(build(name) for name in OPS)
-    print(f"build_ops: both ops ready in {total:.0f} s (cached: later runs start at once)")
+    print(f"build_ops: both ops ready in {total:.0f} s (cached: later runs start at once)", flush=True)
     return 0
 
 

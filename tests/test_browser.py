@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from zerolab import course
 from zerolab.i18n import translate
 from zerolab.run.launch import free_port
 from zerolab.tools import env_with_interpreter_bin, python_module
@@ -234,7 +235,8 @@ def test_lesson_runs_in_jupyterlab_with_one_live_widget(lab, browser, name):
 def test_saved_lesson_reopens_with_its_figure_in_jupyterlab_and_notebook_7(lab, browser):
     url, root = lab
     name = LESSONS[0]
-    if "widgets" not in (root / f"{name}.ipynb").read_text():
+    saved = json.loads((root / f"{name}.ipynb").read_text())["metadata"].get("widgets", {})
+    if not saved.get("application/vnd.jupyter.widget-state+json", {}).get("state"):  # a lesson holds none unsaved
         pytest.skip("lesson 01 was not run and saved by the test before")
     for path, shot in ((f"lab/tree/{name}.ipynb", "jupyterlab-reopened"), (f"notebooks/{name}.ipynb", "notebook7")):
         page, errors = open_notebook(browser, url, path)
@@ -275,4 +277,57 @@ def test_chinese_lesson_speaks_chinese_in_jupyterlab(lab, browser):
     view.screenshot(path=str(ARTIFACTS / f"zh-{name}-jupyterlab-widget.png"))
     assert course_errors(errors) == []
     page.close()
+    shut_down_kernels(url)
+
+
+# What closing the page would ask: both front-ends ask through `beforeunload` exactly when a document is modified.
+ASKS_BEFORE_CLOSING = """() => {
+    const event = new Event('beforeunload', {cancelable: true});
+    Object.defineProperty(event, 'returnValue', {writable: true, value: ''});
+    window.dispatchEvent(event);
+    return event.returnValue || '';
+}"""
+KERNEL_IDLE = f"""() => {{
+    const status = document.querySelector('{FRONT} .jp-Notebook-ExecutionIndicator');
+    return status && status.getAttribute('data-status') === 'idle';
+}}"""
+
+
+@pytest.mark.parametrize("language", course.LANGUAGES)
+def test_an_untouched_lesson_opens_unmodified_in_jupyterlab_and_notebook_7(lab, browser, language):
+    """A student who opens a lesson and closes it is not asked to save: the release already holds the metadata the
+    front-end writes once its kernel starts (autograder/build.py), so opening changes nothing, and saving it
+    unedited writes the same notebook."""
+    import platform
+
+    assert platform.python_version() == build.PYTHON_VERSION, (
+        f"the lessons say Python {build.PYTHON_VERSION} (autograder/build.py PYTHON_VERSION), this kernel runs "
+        f"{platform.python_version()}: JupyterLab marks every lesson modified on opening; set it and rebuild")
+    url, root = lab
+    name = LESSONS[0]
+    folder = root / f"untouched-{language}"
+    folder.mkdir()
+    release = ROOT / course.edition_path("lessons", name, language)
+    for front_end, path in (("jupyterlab", f"lab/tree/{folder.name}/{name}.ipynb"),
+                            ("notebook7", f"notebooks/{folder.name}/{name}.ipynb")):
+        shutil.copy(release, folder / f"{name}.ipynb")
+        page, _ = open_notebook(browser, url, path)
+        page.wait_for_function(KERNEL_IDLE, timeout=120_000)  # the kernel's info has reached the notebook
+        page.wait_for_timeout(2_000)
+        asks = page.evaluate(ASKS_BEFORE_CLOSING)
+        dirty = page.locator(".jp-mod-dirty").count()
+        if asks or dirty:
+            page.screenshot(path=str(ARTIFACTS / f"failed-modified-on-open-{front_end}-{language}.png"))
+        assert not asks and not dirty, f"{front_end} marks the untouched {language} lesson modified on opening"
+        copy = folder / f"{name}.ipynb"
+        os.utime(copy, (1, 1))  # to see the save land
+        page.locator(f"{FRONT} .jp-Notebook").first.focus()
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while copy.stat().st_mtime == 1 and time.monotonic() < deadline:
+            page.wait_for_timeout(500)
+        assert copy.stat().st_mtime != 1, f"{front_end} did not save on Ctrl+S"
+        saved = json.loads(copy.read_text())
+        assert saved == json.loads(release.read_text()), f"{front_end} rewrote the untouched lesson differently"
+        page.close()
     shut_down_kernels(url)

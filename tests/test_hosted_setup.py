@@ -114,3 +114,20 @@ def test_a_lesson_sets_itself_up_on_modelscope(hosted, monkeypatch):
     setup_text, marker = execute(hosted, "04_writing_the_config", "ModelScope", monkeypatch)
     assert "zerolab setup (ModelScope): installing zerolab" in setup_text and "ready on ModelScope" in setup_text
     assert not marker.exists(), "Colab's widget manager is Colab's alone"
+
+
+def test_an_unpublished_copy_says_so_in_one_line_and_installs_nothing(tmp_path, monkeypatch):
+    """A copy without a published repository (zerolab/course.py REPO unset, no GitHub origin) opened on ModelScope:
+    zerolab cannot be installed from anywhere, and the setup cell says so in one line instead of failing in pip."""
+    from zerolab import course
+
+    monkeypatch.setattr(course, "REPO", None)
+    source = build.setup_cell_source("01_where_memory_goes")
+    assert "INSTALL_URL = None" in source.splitlines()
+    # -S: no site-packages, so zerolab is not importable, as on a fresh runtime; cwd: not the repository's zerolab/
+    done = subprocess.run([sys.executable, "-S", "-c", source], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": os.environ["PATH"], "MODELSCOPE_ENVIRONMENT": "notebook"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1 and "not published" in lines[0] and "ModelScope" in lines[0], lines
+    assert "installing" not in done.stdout and not done.stderr

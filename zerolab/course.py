@@ -1,15 +1,16 @@
 """The course itself: where it is published and which lessons it has.
 
-This is the one place that sets the published repository. To publish the course: set REPO to the GitHub
-repository the course is pushed to (and BRANCH), then `python autograder/build.py`. Every "Open in Colab" and
-"Open in ModelScope" badge, the README's Binder badge and the setup cell's install line are built from it.
-While REPO is still PLACEHOLDER_REPO the build publishes no badges (a badge to a repository that does not
-exist is a dead end for a student); it writes a note saying how to publish instead.
+This is the one place that holds the published repository. To publish the course, push it to GitHub and run
+`python autograder/build.py --publish https://github.com/OWNER/NAME`: it writes that URL into REPO below, and
+every "Open in Colab" and "Open in ModelScope" badge, the README's Binder badge and the setup cell's install line
+are built from it. While REPO is None the build uses the checkout's `origin` remote when that is a GitHub
+repository (autograder/build.py); without either the copy is unpublished: no badges (a badge to a repository
+that does not exist is a dead end for a student), and the setup cell installs nothing on Colab or ModelScope and
+says so in one line.
 """
 from dataclasses import dataclass
 
-PLACEHOLDER_REPO = "https://github.com/zerolab-course/zero-lab"
-REPO = PLACEHOLDER_REPO  # set to https://github.com/<owner>/<name> to publish
+REPO = None  # https://github.com/<owner>/<name>, written by `python autograder/build.py --publish URL`
 BRANCH = "main"
 COURSE_ID = "zerolab"
 
@@ -71,14 +72,14 @@ def github_path():
 
 
 def published():
-    """Whether REPO names the real repository (badges are built only then)."""
-    return REPO != PLACEHOLDER_REPO
+    """Whether the course has a published repository (badges are built only then)."""
+    return REPO is not None
 
 
-UNPUBLISHED_NOTE = ("Colab, ModelScope and Binder badges appear here once the course is published: set `REPO` in "
-                    "`zerolab/course.py` to its GitHub repository and run `python autograder/build.py`.")
-UNPUBLISHED_NOTE_ZH = ("课程发布后，这里会出现 Colab、ModelScope 和 Binder 的徽章：把 `zerolab/course.py` 中的 `REPO` "
-                       "设为课程的 GitHub 仓库，再运行 `python autograder/build.py`。")
+UNPUBLISHED_NOTE = ("Colab, ModelScope and Binder badges appear here once the course is published: "
+                    "`python autograder/build.py --publish https://github.com/OWNER/NAME` (see the instructor guide).")
+UNPUBLISHED_NOTE_ZH = ("课程发布后，这里会出现 Colab、ModelScope 和 Binder 的徽章："
+                       "`python autograder/build.py --publish https://github.com/OWNER/NAME`（见教师指南）。")
 
 
 LANGUAGES = ("en", "zh")
@@ -155,5 +156,5 @@ def notebook_url(name, language="en"):
 
 
 def install_url():
-    """What pip installs the zerolab package from, on hosted notebooks."""
-    return f"git+{REPO}@{BRANCH}"
+    """What pip installs the zerolab package from, on hosted notebooks; None while the course is unpublished."""
+    return f"git+{REPO}@{BRANCH}" if published() else None

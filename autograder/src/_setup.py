@@ -7,10 +7,14 @@ def _setup(url, needs):
         spec.find_spec("google") and spec.find_spec("google.colab"))
     on_modelscope = os.path.isdir("/mnt/workspace") or any(key.startswith("MODELSCOPE") for key in os.environ)
     where = "Colab" if on_colab else "ModelScope" if on_modelscope else None
-    missing = [] if spec.find_spec("zerolab") else [f"zerolab @ {os.environ.get('ZEROLAB_INSTALL_URL', url)}"]
+    url = os.environ.get("ZEROLAB_INSTALL_URL", url)
+    missing = [] if spec.find_spec("zerolab") else [f"zerolab @ {url}"]
     missing += [package for package in needs if spec.find_spec(package) is None]
     if missing and not where:
         return print(f"zerolab setup: {', '.join(missing)} missing. In the course folder run: bash scripts/setup.sh")
+    if where and url is None and not spec.find_spec("zerolab"):
+        return print(f"zerolab setup: this copy of the course is not published, so {where} has nowhere to install "
+                     "zerolab from: open the lesson from the badge in the published course's README instead")
     if missing:
         print(f"zerolab setup ({where}): installing {', '.join(missing)} ...", flush=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)

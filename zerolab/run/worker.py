@@ -117,6 +117,7 @@ def prepare_ops(config, device):
     """Load (and on first use compile) the C++ ops DeepSpeed will need, announcing each so a build is not silence."""
     from deepspeed.accelerator import get_accelerator
     import deepspeed.ops
+    from zerolab.run import op_cache
 
     names = []
     if device == "cpu":
@@ -134,10 +135,12 @@ def prepare_ops(config, device):
         builder = get_accelerator().create_op_builder(name)
         if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
             continue
-        emit(event="build", rank=int(os.environ["RANK"]), op=builder.NAME)
-        started = time.perf_counter()
+        cache, started = op_cache.state(builder.NAME), time.time()
+        emit(event="build", rank=int(os.environ["RANK"]), op=builder.NAME, started=started, **cache)
         builder.load(verbose=False)
-        emit(event="built", rank=int(os.environ["RANK"]), op=builder.NAME, seconds=time.perf_counter() - started)
+        emit(event="built", rank=int(os.environ["RANK"]), op=builder.NAME, seconds=time.time() - started,
+             compiled=op_cache.compiled_after(builder.NAME, cache["building_since"] or started),
+             build_seconds=time.time() - (cache["building_since"] or started))
 
 
 def _write(job, name, payload):

@@ -1,0 +1,37 @@
+"""Where a DeepSpeed JIT op stands in torch's extension cache: built, being built by another process, or neither.
+
+torch builds an op in <extensions root>/<name>/ (torch.utils.cpp_extension._get_build_directory) under a `lock`
+file it creates when the build starts and removes when it ends; the op's <name>.so is written at the end. So a
+lock says "compiling since the lock's time" (scripts/setup.sh's background build, or another rank), and a .so
+written after a load began says that load compiled the op rather than loading it from the cache.
+"""
+import os
+
+# Measured cold builds on 2 cores (scripts/build_ops.py, TORCH_EXTENSIONS_DIR emptied), shm comm and cpu_adam:
+# 34 s and 42 s at load average 4, 46 s and 198 s at 2-11, 167 s and 309 s at 9-15, 176 s and 401 s at 12-17
+# (issue 25: 169 s and 289 s). The figures below are the middle of that range, what a student is told to expect.
+TYPICAL_BUILD_S = {"deepspeed_shm_comm": 60, "cpu_adam": 180}
+
+
+def build_directory(name):
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return _get_build_directory(name, False)
+
+
+def state(name):
+    """{'cached': the op's .so exists, 'building_since': the epoch time another build took the lock, or None}."""
+    folder = build_directory(name)
+    try:
+        since = os.stat(os.path.join(folder, "lock")).st_mtime
+    except FileNotFoundError:
+        since = None
+    return {"cached": os.path.exists(os.path.join(folder, f"{name}.so")), "building_since": since}
+
+
+def compiled_after(name, started):
+    """Whether the op's .so was written at or after the epoch time `started` (a build finished since then)."""
+    try:
+        return os.stat(os.path.join(build_directory(name), f"{name}.so")).st_mtime >= started - 1
+    except FileNotFoundError:
+        return False
