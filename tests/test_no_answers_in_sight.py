@@ -210,6 +210,7 @@ def test_drill_lists_the_options_in_the_engines_order_and_spreads_the_right_lett
     keys = Counter(drill.key(question) for question in drill.OPTIONS)
     assert max(keys.values()) <= math.ceil(len(drill.OPTIONS) / 3), f"one letter is right too often: {keys}"
     source = (ROOT / "autograder" / "src" / "07_interview_drill.py").read_text(encoding="utf-8")
-    for question in drill.OPTIONS:
-        assert not re.search(rf"""{question} = ["'][A-D]["']|== ["'][A-D]["']""", source), \
-            f"{question}: a letter typed into the lesson; take it from zerolab.drill.key"
+    for question in drill.OPTIONS:  # the solution writes its letter, as a student must; the key grades it
+        typed = re.findall(rf"""^{question} = ["']([A-D])["']""", source, re.M)
+        assert typed == [drill.key(question)], f"{question}: the solution's letter {typed} is not zerolab.drill's key"
+        assert not re.search(r"""== ["'][A-D]["']""", source), "a test compares with a letter typed into the lesson"

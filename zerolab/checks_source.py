@@ -21,7 +21,7 @@ import importlib
 import sys
 import types
 
-from zerolab.handmade.source import SourceMissing, cell_defining
+from zerolab.handmade.source import SourceMissing, _parse, cell_defining
 from zerolab.i18n import tr
 
 
@@ -251,14 +251,6 @@ def _notebook_functions(tree, namespace):
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
     return sorted(name for name in names if isinstance(namespace.get(name), (types.FunctionType, type))
                   and getattr(namespace[name], "__module__", None) == "__main__")
-
-
-def _parse(source):
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
-    try:
-        return ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
 
 
 def _shell():

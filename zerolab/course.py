@@ -50,9 +50,12 @@ LESSONS = (
            "answer the classic ZeRO questions, with the popular wrong figures corrected",
            title_zh="面试演练", goal_zh="回答 ZeRO 的经典面试题，并纠正流传甚广的错误数字"),
     Lesson("08_zero_from_scratch", "ZeRO from scratch",
-           "write ZeRO-1 (a sharded AdamW) and ZeRO-2 (sharded gradients) in torch.distributed, checked on real "
-           "ranks against AdamW and DeepSpeed", needs=("deepspeed",),
-           title_zh="从零实现 ZeRO", goal_zh="用 torch.distributed 写出 ZeRO-1（切分的 AdamW）和 ZeRO-2（切分的梯度），在真实 rank 上与 AdamW 和 DeepSpeed 对照检查"),
+           "write ZeRO-1, ZeRO-2 (gradients reduced from hooks) and ZeRO-3 (parameters gathered per layer) in "
+           "torch.distributed, in bf16 with fp32 master shards, graded on real ranks on numbers, memory and traffic, "
+           "side by side with DeepSpeed and FSDP2", needs=("deepspeed",),
+           title_zh="从零实现 ZeRO",
+           goal_zh="用 torch.distributed 写出 ZeRO-1、ZeRO-2（从钩子里规约梯度）和 ZeRO-3（按层 gather 参数），用 bf16 计算、"
+                   "fp32 主权重分片，在真实 rank 上按数值、内存和通信量评分，并与 DeepSpeed 和 FSDP2 并排对比"),
 )
 
 

@@ -139,7 +139,7 @@ if revealed("Q01"):
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_k12", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q02 = drill.key("Q02")
+Q02 = "D"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_k12", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -149,6 +149,10 @@ _letter = choice(Q02, "ABCD", "Q02")
 assert drill.is_right("Q02", _letter), \
     "Q02 is not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q02", ["zerolab.drill"], exercise="Q02",
+            instead="write your own answer: the course's answer key is what grades it")
 from zerolab import drill
 from zerolab.checks import choice, plain
 
@@ -661,7 +665,7 @@ if revealed("Q09"):
 
 # %% nbgrader={"grade": false, "grade_id": "ex10_overlap_comm", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q10 = drill.key("Q10")
+Q10 = "A"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex10_overlap_comm", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -672,6 +676,10 @@ assert _letter != drill.letter("Q10", "everywhere_4_5x"), \
     "Q10 is not right: the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
 assert drill.is_right("Q10", _letter), "Q10 is not right: lesson 04 printed the defaults from DeepSpeed's own config class"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q10", ["zerolab.drill"], exercise="Q10",
+            instead="write your own answer: the course's answer key is what grades it")
 from zerolab import drill
 from zerolab.checks import choice, plain
 
@@ -897,7 +905,7 @@ if revealed("Q12"):
 
 # %% nbgrader={"grade": false, "grade_id": "ex13_pin_memory", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q13 = drill.key("Q13")
+Q13 = "C"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex13_pin_memory", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -908,6 +916,10 @@ assert _letter != drill.letter("Q13", "off_by_default"), \
     "Q13 is not right: that was true of older DeepSpeed versions; 0.19.8 changed the default"
 assert drill.is_right("Q13", _letter), "Q13 is not right: pinning is about host memory and how the GPU copies from it"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q13", ["zerolab.drill"], exercise="Q13",
+            instead="write your own answer: the course's answer key is what grades it")
 from zerolab import drill
 from zerolab.checks import choice, plain
 
@@ -949,7 +961,7 @@ passed("Q13")
 
 # %% nbgrader={"grade": false, "grade_id": "ex14_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q14 = {gpu: drill.precision(gpu) for gpu in ("T4", "A100")}
+Q14 = {"T4": "fp16", "A100": "bf16"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex14_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -961,6 +973,10 @@ assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == drill.precision("T4")
 assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == drill.precision("A100"), \
     "Q14['A100'] is not right: A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q14", ["zerolab.drill"], exercise="Q14",
+            instead="write your own answer: the course's answer key is what grades it")
 from zerolab.checks import choice, dict_keys, plain
 
 from zerolab import drill
@@ -1062,7 +1078,7 @@ passed("Q15")
 
 # %% nbgrader={"grade": false, "grade_id": "ex16_fsdp", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q16 = dict(drill.FSDP_STAGE)
+Q16 = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex16_fsdp", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -1078,6 +1094,10 @@ assert Q16["SHARD_GRAD_OP"] == drill.FSDP_STAGE["SHARD_GRAD_OP"], \
 assert Q16["NO_SHARD"] == drill.FSDP_STAGE["NO_SHARD"], \
     "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q16", ["zerolab.drill"], exercise="Q16",
+            instead="write your own answer: the course's answer key is what grades it")
 from zerolab import drill
 from zerolab.checks import dict_keys, plain
 
@@ -1141,7 +1161,7 @@ passed("Q16")
 
 # %% nbgrader={"grade": false, "grade_id": "ex17_activations_sequence", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-Q17 = drill.key("Q17")
+Q17 = "B"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex17_activations_sequence", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -1152,6 +1172,10 @@ assert _letter != drill.letter("Q17", "partitioned"), \
     "Q17 is not right: ZeRO partitions model states; each GPU keeps the activations of its own micro-batch"
 assert drill.is_right("Q17", _letter), "Q17 is not right: which terms of sbh(34 + 5as/h) grow with s, and which with s squared?"
 ### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q17", ["zerolab.drill"], exercise="Q17",
+            instead="write your own answer: the course's answer key is what grades it")
 from zerolab.activations import layer_terms
 from zerolab.checks import choice, plain
 from zerolab.models import preset

@@ -60,19 +60,22 @@ def group_numels(model, layout=None):
     return [p.numel() for group in groups for p in group["params"]]
 
 
-def reference(hyper, steps, seed=0, grad_scale=1.0, groups=None, optimizer_class=torch.optim.AdamW):
+def reference(hyper, steps, seed=0, grad_scale=1.0, groups=None, optimizer_class=torch.optim.AdamW,
+              build_model=build, step_loss=None):
     """Flat parameters after `steps` of torch.optim.AdamW on the full batch, in one process (fp32).
 
     ``grad_scale`` multiplies every gradient before the step: with the world size it gives what ranks that sum
     their gradients instead of averaging them would compute. ``groups`` is a layout of param_groups();
-    ``optimizer_class`` torch.optim.Adam gives what Adam's coupled L2 decay computes.
+    ``optimizer_class`` torch.optim.Adam gives what Adam's coupled L2 decay computes. ``build_model`` and
+    ``step_loss(model, step, seed)`` give another model and its full batch's loss (the deeper models of the ZeRO-2
+    and ZeRO-3 exercises).
     """
-    model = build(seed)
+    model = build_model(seed)
     optimizer = optimizer_class(param_groups(model, groups), lr=hyper["lr"], betas=tuple(hyper["betas"]),
                                 eps=hyper["eps"], weight_decay=hyper["weight_decay"])
     for step in range(steps):
         optimizer.zero_grad()
-        loss(model, *batch(step, seed)).backward()
+        (step_loss(model, step, seed) if step_loss else loss(model, *batch(step, seed))).backward()
         for p in model.parameters():
             p.grad.mul_(grad_scale)
         optimizer.step()

@@ -22,16 +22,7 @@ def build(seed=0):
 
 def reference(hyper, steps, seed=0, grad_scale=1.0):
     """Flat parameters after ``steps`` of torch.optim.AdamW on the full batch in one fp32 process."""
-    model = build(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
-                                  eps=hyper["eps"], weight_decay=hyper["weight_decay"])
-    for step in range(steps):
-        optimizer.zero_grad()
-        fixed.loss(model, *fixed.batch(step, seed)).backward()
-        for p in model.parameters():
-            p.grad.mul_(grad_scale)
-        optimizer.step()
-    return fixed.flat(model)
+    return fixed.reference(hyper, steps, seed, grad_scale, build_model=build)
 
 
 def full_gradient(seed=0, step=0):

@@ -51,17 +51,13 @@ def padded_numel(numel, world_size):
 
 def reference(hyper, steps, seed=0, grad_scale=1.0):
     """Flat parameters after ``steps`` of torch.optim.AdamW on the full batch, in one process (fp32)."""
-    model = build(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
-                                  eps=hyper["eps"], weight_decay=hyper["weight_decay"])
-    for step in range(steps):
-        optimizer.zero_grad()
+    from zerolab.handmade import model as fixed
+
+    def step_loss(model, step, seed):
         inputs, targets = batch(step, seed)
-        loss(model(inputs), targets).backward()
-        for p in model.parameters():
-            p.grad.mul_(grad_scale)
-        optimizer.step()
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+        return loss(model(inputs), targets)
+
+    return fixed.reference(hyper, steps, seed, grad_scale, build_model=build, step_loss=step_loss)
 
 
 def reference_losses(hyper, steps, seed=0):
