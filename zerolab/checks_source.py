@@ -240,7 +240,9 @@ def _attribute(base, attr):
         found = getattr(base, attr, None)
         if found is None:
             found = sys.modules.get(f"{base.__name__}.{attr}")
-        return found if found is not None else f"{base.__name__}.{attr}"
+        if found is None or _dotted(found) is None:  # missing, or data (a dict, a number): known by its path
+            return f"{base.__name__}.{attr}"
+        return found
     if isinstance(base, type):
         return base.__dict__.get(attr)
     return None
