@@ -206,3 +206,21 @@ def test_flat_partition_is_the_partition_deepspeed_builds(stage, ranks):
 def _changed(text, old, new):
     assert old in text, f"the solution changed: {old!r} is gone; update this test"
     return text.replace(old, new)
+
+
+def test_the_course_s_own_deepspeed_config_is_off_limits_in_exercise_4():
+    """compare.deepspeed_config builds the ds_config the side-by-side trains with: a stage1_config that returns it
+    is the course's answer, not the student's; one written out is not flagged."""
+    from zerolab.checks_source import used_off_limits
+    from zerolab.handmade import compare
+
+    copied = ("def stage1_config(hyper, global_batch, world_size):\n"
+              "    config = compare.deepspeed_config(1, hyper, world_size)\n"
+              "    return dict(config, train_micro_batch_size_per_gpu=global_batch // world_size)\n")
+    written = solution_cell("ex4_stage1_config")
+    forbidden = ["zerolab.handmade", "zerolab.config.reference"]
+    history = ["from zerolab.handmade import compare"]
+    assert used_off_limits("stage1_config", forbidden, history=history + [copied],
+                           namespace={"compare": compare}) == "zerolab.handmade"
+    assert used_off_limits("stage1_config", forbidden, history=history + [written],
+                           namespace={"compare": compare}) is None

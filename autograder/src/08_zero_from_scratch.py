@@ -473,16 +473,17 @@ else:
 #
 # Return the ds_config (a plain dict) for that run. `hyper` has the keys `lr`, `betas`, `eps`, `weight_decay`. The
 # test trains DeepSpeed with it on 2 ranks and compares its parameters after a few steps with `torch.optim.AdamW` on
-# the full batch; hidden tests use other hyper-parameters and world sizes.
+# the full batch; hidden tests use other hyper-parameters and world sizes. The course's own configs
+# (`zerolab.handmade`, `zerolab.config.reference`) are off limits in this cell: write the dict yourself.
 
-# %% [markdown] lang="zh" en="3de073fb8840"
+# %% [markdown] lang="zh" en="7e8db2ed4043"
 # ## 4. 你的 ZeRO-1 对比 DeepSpeed 的
 #
 # DeepSpeed stage 1 做的事和你的 `ShardedAdamW` 一样。要比较两者，DeepSpeed 必须用相同的优化器、超参数和 batch 训练：torch 的 AdamW（在优化器的 params 中设 `"torch_adam": true`；不设的话，DeepSpeed 会编译并使用它自己的 fused Adam）、fp32，并且每个优化器步都在整个全局 batch 上训练。`train_batch_size`、`train_micro_batch_size_per_gpu` 和 `gradient_accumulation_steps` 中你没有给出的，DeepSpeed 会自己推导；切成任意等大的微批次（micro-batch）训练结果都相同，测试会用 DeepSpeed 自己的配置解析来确定你的配置是什么意思。
 #
 # ### 练习 4：`stage1_config(hyper, global_batch, world_size)`
 #
-# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较；隐藏测试会用其他超参数和总进程数。
+# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较；隐藏测试会用其他超参数和总进程数。课程自带的配置（`zerolab.handmade`、`zerolab.config.reference`）在这个单元格里不能使用：请自己写出这个字典。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_stage1_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def stage1_config(hyper, global_batch, world_size):
@@ -499,6 +500,10 @@ def stage1_config(hyper, global_batch, world_size):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_stage1_config", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks_source import off_limits
+
+off_limits("stage1_config", ["zerolab.handmade", "zerolab.config.reference"], exercise="exercise 4",
+           instead="write the ds_config dict yourself, from hyper, global_batch and world_size")
 deepspeed_ranks = grade.deepspeed_stage1(stage1_config, ranks=2)
 ### BEGIN HIDDEN TESTS
 import math as _math
