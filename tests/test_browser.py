@@ -3,26 +3,25 @@
 For lessons 01-03 it opens the instructor notebook in JupyterLab, runs all cells, and checks that the lesson's
 widget appears exactly once, that changing one of its controls redraws the figure, that no cell shows a
 traceback and the console no error from the widgets; lesson 01 is then saved and reopened (its figure must come
-back, never "model not found") and opened in Notebook 7; lesson 01's Chinese edition shows Chinese. Screenshots go to tests/artifacts/browser/ (ignored
-by git). Needs `bash scripts/setup.sh --grading` (chromium, Playwright, the students' Jupyter configuration).
+back, never "model not found") and opened in Notebook 7; lesson 01's Chinese edition shows Chinese; an untouched
+lesson opens unmodified. tests/test_browser_first_hour.py runs the unanswered releases. Screenshots go to
+tests/artifacts/browser/ (ignored by git). Needs `bash scripts/setup.sh --grading` (chromium, Playwright, the
+students' Jupyter configuration).
 """
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests.browser_session import (ARTIFACTS, FRONT, KERNEL_IDLE, NEEDS_CHROMIUM, chromium, jupyter_lab,
+                                   keep_state, open_notebook, run_all, save, shut_down_kernels)
 from zerolab import course
 from zerolab.i18n import translate
-from zerolab.run.launch import free_port
-from zerolab.tools import env_with_interpreter_bin, python_module
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r scripts/requirements-grading.txt")
 
@@ -30,145 +29,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "autograder"))
 import build  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
 LESSONS = ("01_where_memory_goes", "02_offload", "03_overlap_comm")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TOKEN = "zerolab-browser-test"
-RUN_TIMEOUT_MS = 300_000  # Run All of a lesson; minutes only on a machine shared by many jobs
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="apt-get install chromium (setup.sh --grading)")]
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """A JupyterLab server (this venv's, students' configuration) on a free port over copies of the lessons."""
+    """A JupyterLab server over copies of the instructor notebooks of lessons 01-03 (and 01's Chinese edition)."""
     root = tmp_path_factory.mktemp("lab")
     for name in LESSONS:
         shutil.copy(ROOT / "autograder" / "source" / name / f"{name}.ipynb", root / f"{name}.ipynb")
     (root / "zh").mkdir()  # the Chinese edition's instructor notebook: what solutions/zh/ was executed from
     nbformat.write(build.source_notebook(LESSONS[0], "zh"), str(root / "zh" / f"{LESSONS[0]}.ipynb"))
-    port = free_port()
-    env = env_with_interpreter_bin()
-    env.pop("ZEROLAB_STATIC", None)
-    env["JUPYTER_CONFIG_DIR"] = str(root / ".jupyter-user")  # no settings from the user running the tests
-    server = subprocess.Popen(
-        python_module("jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-                      f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-                      "--LabApp.news_url=", "--ServerApp.open_browser=False"),
-        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180  # a busy 2-core CI machine
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.fail("JupyterLab did not start:\n" + (root / "server.log").read_text()[-2000:])
-            time.sleep(0.5)
-    yield url, root
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
+    with jupyter_lab(root) as url:
+        yield url, root
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    profile = tmp_path_factory.mktemp("chromium-profile")  # a new, empty user-data-dir
-    with sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS, viewport={"width": 1280, "height": 900})
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
         yield context
-        context.close()
-
-
-# The notebook in front; JupyterLab may keep other notebooks' tabs (hidden) in the page.
-FRONT = ".jp-NotebookPanel:not(.lm-mod-hidden)"
-# Its tab is the lesson's, and its kernel is connected and idle. Run All before that silently skips every cell: while
-# the session has no kernel yet, JupyterLab clears each code cell's prompt to "[ ]" instead of running it.
-KERNEL_READY = f"""name => {{
-    const tab = document.querySelector('.lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel');
-    const status = document.querySelector('{FRONT} .jp-Notebook-ExecutionIndicator');
-    return tab && tab.textContent === name && status && status.getAttribute('data-status') === 'idle';
-}}"""
-RUN_FINISHED = f"""() => {{
-    const prompts = [...document.querySelectorAll('{FRONT} .jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
-    return prompts.length && !prompts.some(p => p.includes('*')) && /\\[\\d+\\]/.test(prompts[prompts.length - 1]);
-}}"""
-
-
-def open_notebook(context, url, path):
-    """Opens `path` ("lab/tree/..." or "notebooks/...") in a new page; JupyterLab in a workspace of its own, so that
-    no tab of an earlier test is restored next to it (each restored notebook would also start a kernel)."""
-    page = context.new_page()
-    errors = []
-    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    lab = path.startswith("lab/tree/")
-    address = path.replace("lab/tree/", f"lab/workspaces/test-{time.monotonic_ns()}/tree/") if lab else path
-    page.goto(f"{url}/{address}?token={TOKEN}")
-    try:
-        page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
-        if lab:  # Notebook 7 runs nothing here
-            page.wait_for_function(KERNEL_READY, arg=path.rsplit("/", 1)[-1], timeout=120_000)
-    except Exception:
-        page.screenshot(path=str(ARTIFACTS / f"failed-{path.replace('/', '-')}.png"))
-        raise
-    return page, errors
-
-
-RUN_STARTED = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell .jp-InputPrompt')]
-    .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"""
-
-
-def run_all(page, name):
-    """Run All on the notebook in front. JupyterLab's command acts on the widget that has focus: when the file
-    browser kept it (opening a notebook in a subfolder), the command runs nothing, so focus the notebook first
-    and ask again if no cell has started."""
-    for attempt in range(3):
-        page.locator(f"{FRONT} .jp-Notebook").first.focus()
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-        try:
-            page.wait_for_function(RUN_STARTED, timeout=30_000)
-            break
-        except Exception:
-            if attempt == 2:
-                keep_state(page, f"failed-{name}-run-all-never-started")
-                raise
-    try:
-        page.wait_for_function(RUN_FINISHED, timeout=RUN_TIMEOUT_MS)
-    except Exception:
-        keep_state(page, f"failed-{name}-run-all")
-        raise
-
-
-def shut_down_kernels(url):
-    """Closing a page leaves its kernel running: stop them all, so that the next lesson has the 2 cores to itself."""
-    for session in json.load(urllib.request.urlopen(f"{url}/api/sessions?token={TOKEN}", timeout=30)):
-        urllib.request.urlopen(urllib.request.Request(
-            f"{url}/api/sessions/{session['id']}?token={TOKEN}", method="DELETE"), timeout=60)
-
-
-def keep_state(page, stem):
-    """A failure's evidence: a screenshot and, for every notebook in the page, each code cell's prompt and output."""
-    panels = page.evaluate("""() => [...document.querySelectorAll('.jp-NotebookPanel')].map(panel => ({
-        front: !panel.classList.contains('lm-mod-hidden'),
-        kernel: (panel.querySelector('.jp-Notebook-ExecutionIndicator') || {dataset: {}}).dataset.status,
-        cells: [...panel.querySelectorAll('.jp-CodeCell')].map(cell => [
-            (cell.querySelector('.jp-InputPrompt') || {}).textContent,
-            (cell.querySelector('.jp-OutputArea') || {textContent: ''}).textContent.slice(0, 300)])}))""")
-    (ARTIFACTS / f"{stem}.json").write_text(json.dumps(panels, indent=1))
-    page.screenshot(path=str(ARTIFACTS / f"{stem}.png"), full_page=True)
 
 
 VIEWS_PER_CELL = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell')]
@@ -287,12 +167,6 @@ ASKS_BEFORE_CLOSING = """() => {
     window.dispatchEvent(event);
     return event.returnValue || '';
 }"""
-KERNEL_IDLE = f"""() => {{
-    const status = document.querySelector('{FRONT} .jp-Notebook-ExecutionIndicator');
-    return status && status.getAttribute('data-status') === 'idle';
-}}"""
-
-
 def release_text(name, language):
     return (ROOT / course.edition_path("lessons", name, language)).read_text()
 
@@ -325,13 +199,7 @@ def test_an_untouched_lesson_opens_unmodified_in_jupyterlab_and_notebook_7(lab, 
             page.screenshot(path=str(ARTIFACTS / f"failed-modified-on-open-{front_end}-{language}.png"))
         assert not asks and not dirty, f"{front_end} marks the untouched {language} lesson modified on opening"
         copy = folder / f"{name}.ipynb"
-        os.utime(copy, (1, 1))  # to see the save land
-        page.locator(f"{FRONT} .jp-Notebook").first.focus()
-        page.keyboard.press("Control+s")
-        deadline = time.monotonic() + 30
-        while copy.stat().st_mtime == 1 and time.monotonic() < deadline:
-            page.wait_for_timeout(500)
-        assert copy.stat().st_mtime != 1, f"{front_end} did not save on Ctrl+S"
+        save(page, copy)
         saved = json.loads(copy.read_text())
         assert saved == expected, f"{front_end} rewrote the untouched lesson differently"
         page.close()
