@@ -17,8 +17,12 @@ ZeRO-3 (runtime/zero/stage3.py), without the estimator's "4 x largest layer" gue
               current submodule's, plus what prefetching (``stage3_prefetch_bucket_size`` elements at a time)
               and reuse (``stage3_max_reuse_distance``) keep; prefetching stops once ``stage3_max_live_parameters``
               elements are available (``max_params_to_prefetch = min(max_live - available, prefetch_bucket)``).
-              zerolab counts min(params, max_live_parameters + largest submodule) elements of parameters, plus
-              the full 16-bit gradient of the largest submodule before it is reduce-scattered into the bucket;
+              Parameters used again within ``max_reuse_distance`` elements of the trace are not released
+              (``__params_to_release``), so the kept set can reach that many too. zerolab counts
+              min(params, max(max_live_parameters, max_reuse_distance) + largest submodule) elements of gathered
+              parameters (the largest submodule: the one being fetched), plus the full 16-bit gradient of the
+              largest submodule before it is reduce-scattered into the bucket; tests/test_zero_terms_measured.py
+              checks the count against a real engine;
   step        ``step()`` first releases every gathered parameter (``_partition_all_parameters``), then per
               sub-group of ``sub_group_size`` elements makes the fp32 gradient from a flat 16-bit copy
               (``_prepare_fp32_grad_for_sub_group``) and frees it (``_release_sub_group``): one sub-group's
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from zerolab import comm, host_memory, memory
 
 MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters default (runtime/zero/config.py)
+MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance default
 PREFETCH_BUCKET = comm.DEFAULT_PREFETCH_BUCKET  # stage3_prefetch_bucket_size default, 5e7 elements
 SUB_GROUP_SIZE = host_memory.SUB_GROUP_SIZE
 
@@ -71,7 +76,8 @@ class ModelStates:
 
 def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
                  precision="bf16", accounting="deepspeed", max_live_parameters=MAX_LIVE_PARAMETERS,
-                 sub_group_size=SUB_GROUP_SIZE, pin_memory=True, pin_backend="torch"):
+                 max_reuse_distance=MAX_REUSE_DISTANCE, sub_group_size=SUB_GROUP_SIZE, pin_memory=True,
+                 pin_backend="torch"):
     """ModelStates of ``model`` (a zerolab.models.Decoder) for this setup; see the module docstring."""
     params, largest = model.params(), model.largest_layer_params()
     estimate = memory.estimate(params, stage, gpus_per_node, nodes, offload_optimizer=offload_optimizer,
@@ -80,8 +86,9 @@ def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none
     world = gpus_per_node * nodes
     element = 4 if precision == "fp32" else 2
     if stage == 3:
-        backward, step = _stage3(params, largest, world, element, offload_optimizer, offload_param,
-                                 max_live_parameters, sub_group_size)
+        kept = max(max_live_parameters, max_reuse_distance)
+        backward, step = _stage3(params, largest, world, element, offload_optimizer, offload_param, kept,
+                                 sub_group_size)
     else:
         backward = dict(estimate.breakdown["gpu"])
         step = dict(backward)
@@ -93,14 +100,19 @@ def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none
     return ModelStates(estimate, backward, step, host)
 
 
-def _stage3(params, largest, world, element, offload_optimizer, offload_param, max_live, sub_group_size):
+def gathered_params(params, largest, kept=max(MAX_LIVE_PARAMETERS, MAX_REUSE_DISTANCE)):
+    """Elements of parameters ZeRO-3 holds gathered at once, at most (see the module docstring)."""
+    return min(params, kept + largest)
+
+
+def _stage3(params, largest, world, element, offload_optimizer, offload_param, kept, sub_group_size):
     partition = math.ceil(params / world)
     persistent = {}
     if offload_param == "none":
         persistent["params"] = element * partition
     if offload_optimizer == "none":
         persistent.update(grads=element * partition, master_weights=4 * partition, optimizer_states=8 * partition)
-    backward = dict(persistent, gathered_params=element * min(params, max_live + largest),
+    backward = dict(persistent, gathered_params=element * gathered_params(params, largest, kept),
                     gathered_grads=element * largest)
     step = dict(persistent)
     if offload_optimizer == "none":
