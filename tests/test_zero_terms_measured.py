@@ -1,7 +1,7 @@
 """zerolab.zero_terms against real DeepSpeed 0.19.8 engines on 2 CPU ranks (tests/zero_terms_probe.py watches them).
 
 What is checked, each from DeepSpeed's own objects during training: the fp32 gradient partition exists only inside
-``step()`` (stages 1, 2 and 3), ZeRO-1/2 hold two bucket buffers while reducing under overlap_comm and none after
+``step()`` (stages 1, 2 and 3), made there from a flat 16-bit copy of the gradient partition, ZeRO-1/2 hold two bucket buffers while reducing under overlap_comm and none after
 backward, ZeRO-3 holds one bucket per dtype even with overlap_comm, and ZeRO-3's gathered parameters stay within
 zero_terms' count (which all of the tiny model reaches with DeepSpeed's defaults).
 """
@@ -45,6 +45,9 @@ def test_fp32_gradient_partition_exists_only_inside_step(ranks, case):
         assert inside and all(g["dtype"] == "torch.float32" and g["numel"] == g["size"] for g in inside)
         # its size is the rank's partition: half the parameters on 2 ranks (padding aside)
         assert sum(g["numel"] for g in record["in_step"][-1]) == pytest.approx(record["params"] / RANKS, abs=RANKS)
+        # made from a flat 16-bit copy of the gradient partition (zero_terms' flat_grad_copy), once per step
+        partition_copies = [f for f in record["flat_in_step"] if f["numel"] == inside[-1]["numel"]]
+        assert len(partition_copies) == 3 and all(f["dtype"] == "torch.bfloat16" for f in partition_copies)
 
 
 @pytest.mark.parametrize("case", ["stage1", "stage2"])

@@ -3,7 +3,7 @@
 Run by torch.distributed.run with 2 ranks: ``python -m torch.distributed.run --nproc_per_node 2 THIS OUT_DIR``.
 For each case it trains the tiny GPT of zerolab.run for 3 steps and records, from DeepSpeed's own objects:
 - whether the fp32 gradient partition exists after backward, inside ``_optimizer_step`` (its size and dtype), and
-  after ``step()`` (stage 1/2: ``single_partition_of_fp32_groups[i].grad``; stage 3:
+  after ``step()``, and the flat copies ``step()`` makes with ``self.flatten`` (stage 1/2: ``single_partition_of_fp32_groups[i].grad``; stage 3:
   ``fp32_partitioned_groups_flat[i].grad``);
 - the reduce buckets: at stage 1/2 the buffers each bucket holds when ``reduce_ipg_grads`` runs and after backward;
   at stage 3 the buffer of each communication dtype;
@@ -76,6 +76,24 @@ def run_case(name, cfg):
             return original_step(*args, **kwargs)
 
         optimizer._optimizer_step = step_and_look
+        record["flat_in_step"] = []
+        stepping = {"now": False}
+        original_flatten, original_opt_step = optimizer.flatten, optimizer.step
+
+        def flatten_and_look(tensors):
+            flat = original_flatten(tensors)
+            if stepping["now"]:
+                record["flat_in_step"].append({"numel": flat.numel(), "dtype": str(flat.dtype)})
+            return flat
+
+        def opt_step(*args, **kwargs):
+            stepping["now"] = True
+            try:
+                return original_opt_step(*args, **kwargs)
+            finally:
+                stepping["now"] = False
+
+        optimizer.flatten, optimizer.step = flatten_and_look, opt_step
         if hasattr(optimizer, "reduce_ipg_grads") and cfg["zero_optimization"]["stage"] < 3:
             original_reduce = optimizer.reduce_ipg_grads
 
