@@ -1,9 +1,10 @@
 """zerolab.zero_terms against real DeepSpeed 0.19.8 engines on 2 CPU ranks (tests/zero_terms_probe.py watches them).
 
 What is checked, each from DeepSpeed's own objects during training: the fp32 gradient partition exists only inside
-``step()`` (stages 1, 2 and 3), made there from a flat 16-bit copy of the gradient partition, ZeRO-1/2 hold two bucket buffers while reducing under overlap_comm and none after
-backward, ZeRO-3 holds one bucket per dtype even with overlap_comm, and ZeRO-3's gathered parameters stay within
-zero_terms' count (which all of the tiny model reaches with DeepSpeed's defaults).
+``step()`` (stages 1, 2 and 3), made there from a flat 16-bit copy of the gradient partition; ZeRO-1/2 hold two
+bucket buffers while reducing under overlap_comm and none after backward; ZeRO-3 holds one bucket per dtype even
+with overlap_comm; and ZeRO-3's gathered parameters stay within zero_terms' count (which all of the tiny model
+reaches with DeepSpeed's defaults).
 """
 import json
 import os
