@@ -3,8 +3,8 @@
 Run by torch.distributed.run with 2 ranks: ``python -m torch.distributed.run --nproc_per_node 2 THIS OUT_DIR``.
 For each case it trains the tiny GPT of zerolab.run for 3 steps and records, from DeepSpeed's own objects:
 - whether the fp32 gradient partition exists after backward, inside ``_optimizer_step`` (its size and dtype), and
-  after ``step()``, and the flat copies ``step()`` makes with ``self.flatten`` (stage 1/2: ``single_partition_of_fp32_groups[i].grad``; stage 3:
-  ``fp32_partitioned_groups_flat[i].grad``);
+  after ``step()`` (stage 1/2: ``single_partition_of_fp32_groups[i].grad``; stage 3:
+  ``fp32_partitioned_groups_flat[i].grad``), and the flat copies ``step()`` makes with ``self.flatten``;
 - the reduce buckets: at stage 1/2 the buffers each bucket holds when ``reduce_ipg_grads`` runs and after backward;
   at stage 3 the buffer of each communication dtype;
 - at stage 3, the most parameter elements gathered at once (``ds_status`` not NOT_AVAILABLE), sampled after every

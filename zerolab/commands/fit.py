@@ -128,7 +128,7 @@ def run(args):
 
 
 def table(result):
-    m, a = result.model, result.assumptions
+    m = result.model
     lines = [f"{m.name}: {format_count(m.params())} parameters ({m.layers} layers, hidden {m.hidden}, {m.heads} "
              f"heads, MLP {m.ffn}, vocab {m.vocab}), sequence {result.seq_len}, {result.precision}, "
              f"{result.attention} attention",
@@ -157,8 +157,8 @@ def table(result):
     return "\n".join(lines)
 
 
-PARTS = (("compute", "compute_s"), ("communication and PCIe copies the GPU waits for", "exposed_s"), ("CPU Adam", "cpu_adam_s"),
-         ("NVMe swaps", "nvme_s"))
+PARTS = (("compute", "compute_s"), ("communication and PCIe copies the GPU waits for", "exposed_s"),
+         ("CPU Adam", "cpu_adam_s"), ("NVMe swaps", "nvme_s"))
 
 
 def why_first(result):
