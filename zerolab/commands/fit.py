@@ -89,10 +89,9 @@ def add_arguments(parser):
 
 def run(args):
     if args.measure_host:
-        measured = _measure_host()
+        _measure_host()  # stored in the cache, where the fit below reads it (unless --cpu-adam-throughput)
         if args.model is None and args.params is None:
             return 0
-        args.cpu_adam_throughput = measured["params_per_s"]
     if args.model is None and args.params is None:
         raise UserError("one of --model or --params is needed (or --measure-host alone)")
     if args.gpu_memory is None and args.gpu is None:
@@ -226,7 +225,6 @@ def _measure_host():
     print(f"CPU Adam: {measured['params_per_s'] / 1e9:.3g}e9 params/s ({measured['params']:,} parameters, "
           f"{measured['seconds']:.3f} s a step, {measured['threads']} threads; the op loaded in "
           f"{measured['op_load_s']:.1f} s); stored in {path}")
-    return measured
 
 
 def _model(args):
