@@ -4,10 +4,9 @@ A setup fits when its whole per-GPU budget (zerolab.budget: the larger of the ba
 micro-batch >= 1 stays within the GPU's memory and, when a host limit is given, its runtime host memory per node
 (zerolab.host_memory) within it. Each fitting setup runs the largest micro-batch that leaves ``headroom`` of the GPU's
 memory free (allocator behaviour the budget only allows for can take it), one micro-step per optimizer step; when
-even one sequence needs the headroom, the row runs the largest micro-batch that fits, is marked tight and ranks
-after the others. zerolab.step_time gives each row's time per step, and the rows are ranked by tokens per second
-(time per step over the tokens it trains), the less recomputation first on a tie. Each rejected setup names the
-line that overflows.
+even one sequence needs the headroom, the row runs the largest micro-batch that fits and is marked tight.
+zerolab.step_time gives each row's time per step, and the rows are ranked by tokens per second (time per step over
+the tokens it trains), the less recomputation first on a tie. Each rejected setup names the line that overflows.
 """
 from dataclasses import dataclass
 
@@ -135,8 +134,7 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
             tight = plan.gpu_bytes > (1 - headroom) * gpu_memory
             rows.append(Option(stage, offload_optimizer, offload_param, recompute, micro, plan, traffic, "", timing,
                                tight, largest))
-    rows.sort(key=lambda o: (o.tight, -o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.budget.gpu_bytes,
-                             o.stage))
+    rows.sort(key=lambda o: (-o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.budget.gpu_bytes, o.stage))
     return Fit(model, seq_len, gpu_memory, host_memory, gpus_per_node, nodes, precision, attention, tuple(rows),
                tuple(rejected), speeds, assumptions)
 

@@ -166,6 +166,10 @@ def why_first(result):
     lines = [f"Why row 1: {_seconds(best.time.total_s)} per step of {best.time.tokens:,} tokens per GPU: "
              + ", ".join(f"{name} {_seconds(getattr(best.time, field))}" for name, field in PARTS
                          if getattr(best.time, field) or field == "compute_s")]
+    if best.tight:
+        roomy = next((n for n, o in enumerate(result.rows, 1) if not o.tight), None)
+        lines.append(f"  row 1 leaves less than the {result.assumptions['headroom']:.0%} headroom free (!)"
+                     + (f"; the fastest row that leaves it is row {roomy}" if roomy else ""))
     seen = {(best.stage, best.offload_optimizer, best.offload_param)}
     for number, o in enumerate(result.rows[1:], 2):
         kind = (o.stage, o.offload_optimizer, o.offload_param)
