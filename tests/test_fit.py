@@ -64,7 +64,15 @@ def test_llama2_13b_on_one_8xh100_node_trains_fastest_without_offload(tmp_path, 
     assert first.stage == 3 or (first.stage == 2 and first.recompute != "none")
     offloaded = [o for o in result.rows if o.offload_optimizer != "none"]
     assert offloaded and all(o.time.tokens_per_s < first.time.tokens_per_s for o in offloaded)
-    assert all(o.time.cpu_adam_s > first.time.compute_s for o in offloaded)  # the reason shown in the table
+    assert all(o.time.cpu_adam_s > first.time.compute_s for o in offloaded)
+    from zerolab.commands.fit import why_first
+
+    reasons = why_first(result)  # what the table prints under it
+    assert reasons[0].startswith("Why row 1:")
+    for line in reasons[1:]:
+        number = int(line.split("vs row ")[1].split(" ")[0])
+        if result.rows[number - 1].offload_optimizer == "cpu":
+            assert "mostly CPU Adam" in line and "nothing overlaps" in line
 
 
 GRID = [(name, gpu, gpus, nodes) for name in ("gpt3-1.3b", "llama2-13b", "llama3-70b")
