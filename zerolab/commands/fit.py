@@ -14,9 +14,10 @@ DESCRIPTION = f"""\
 Will a model train on these GPUs, and which way is fastest? For every ZeRO stage x offload x activation
 recomputation (none, selective, full) zerolab adds up the whole per-GPU budget at its two peaks, the backward pass
 and the optimizer step (the fp32 gradients DeepSpeed makes inside step(), when activations are gone), one line each:
-  model_states           what DeepSpeed 0.19.8 keeps at that moment (zerolab.zero_terms; ZeRO-3's gathered
-                         parameters with stage3_max_live_parameters 1e9 and its single reduce bucket)
-  communication_buckets  the gradient reduce bucket: two at ZeRO-1/2 with overlap_comm (500M elements each)
+  model_states           what DeepSpeed 0.19.8 keeps at that moment (zerolab.zero_terms; at ZeRO-3 with the
+                         parameters gathered under stage3_max_live_parameters, 1e9 elements by default)
+  communication_buckets  the gradient reduce bucket (500M elements): two at ZeRO-1/2 with overlap_comm, one at
+                         ZeRO-3
   activations            Korthikanti et al. 2022's accounting for the model's shape, sequence and micro-batch
   cuda_context           an allowance of {budget.CUDA_CONTEXT_BYTES / 2**30:g} GiB for the CUDA context, cuBLAS and NCCL
   fragmentation          an allowance of {budget.FRAGMENTATION:.0%} of the lines above for the caching allocator
