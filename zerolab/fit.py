@@ -1,16 +1,20 @@
-"""Will a model fit? Every ZeRO stage x offload x recomputation, with the largest micro-batch that fits each.
+"""Will a model fit, and which way trains fastest? Every ZeRO stage x offload x recomputation, ranked by throughput.
 
-A setup fits when its whole per-GPU budget (zerolab.budget) at micro-batch >= 1 stays within the GPU's memory and,
-when a host limit is given, DeepSpeed's host figure per node (zerolab.memory) within it. The ones that fit are
-ranked by traffic per optimizer step (collectives on the wire, the ZeRO paper's volumes with ring collectives, one
-micro-step per step), then by offload traffic over PCIe, then by recomputation (none, selective, full: the
-least compute first), then by the larger micro-batch. Each rejected one names the line that overflows.
+A setup fits when its whole per-GPU budget (zerolab.budget: the larger of the backward and the step peak) at
+micro-batch >= 1 stays within the GPU's memory and, when a host limit is given, its runtime host memory per node
+(zerolab.host_memory) within it. Each fitting setup runs the largest micro-batch that leaves ``headroom`` of the GPU's
+memory free (allocator behaviour the budget only allows for can take it), one micro-step per optimizer step; when
+even one sequence needs the headroom, the row runs the largest micro-batch that fits and is marked tight.
+zerolab.step_time gives each row's time per step, and the rows are ranked by tokens per second (time per step over
+the tokens it trains), the less recomputation first on a tie. Each rejected setup names the line that overflows.
 """
 from dataclasses import dataclass
 
 from zerolab import budget as budgets
-from zerolab import comm, memory
+from zerolab import comm, gpus, host_speed, memory, step_time
 from zerolab.activations import RECOMPUTE, activation_memory
+
+HEADROOM = 0.05
 
 
 @dataclass(frozen=True)
@@ -19,10 +23,13 @@ class Option:
     offload_optimizer: str
     offload_param: str
     recompute: str
-    micro_batch: int  # the largest that fits; 0 when rejected
+    micro_batch: int  # the largest that leaves the headroom free (else the largest that fits); 0 when rejected
     budget: budgets.Budget  # at micro_batch (at 1 when rejected)
     traffic: comm.Traffic
     reason: str = ""  # why it does not fit; empty when it does
+    time: step_time.StepTime | None = None  # at micro_batch; None when rejected
+    tight: bool = False  # within the headroom of the GPU's memory even at micro_batch
+    largest_micro_batch: int = 0  # the largest that fits at all
 
     @property
     def fits(self):
@@ -35,10 +42,17 @@ class Option:
     def as_dict(self):
         return {"stage": self.stage, "offload_optimizer": self.offload_optimizer, "offload_param": self.offload_param,
                 "recompute": self.recompute, "fits": self.fits, "micro_batch": self.micro_batch,
-                "gpu_bytes": self.budget.gpu_bytes, "gpu_lines": dict(self.budget.gpu),
-                "host_bytes_per_node": self.budget.host_bytes, "nvme_bytes_per_node": self.budget.nvme_bytes,
+                "gpu_bytes": self.budget.gpu_bytes, "gpu_peak": self.budget.peak,
+                "gpu_lines": dict(self.budget.gpu), "gpu_backward_lines": dict(self.budget.backward),
+                "gpu_step_lines": dict(self.budget.step), "model_state_terms": {
+                    "backward": dict(self.budget.states.backward), "step": dict(self.budget.states.step)},
+                "host_bytes_per_node": self.budget.host_bytes, "host_lines_per_node": dict(self.budget.host),
+                "deepspeed_loading_estimate_bytes_per_node": self.budget.host_loading_bytes,
+                "nvme_bytes_per_node": self.budget.nvme_bytes,
                 "wire_bytes_per_step": self.traffic.wire_bytes, "pcie_bytes_per_step": self.pcie_bytes,
-                "nvme_traffic_bytes_per_step": self.traffic.nvme_bytes, "reason": self.reason}
+                "nvme_traffic_bytes_per_step": self.traffic.nvme_bytes, "tight": self.tight,
+                "largest_micro_batch": self.largest_micro_batch,
+                "time": self.time.as_dict() if self.time else None, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -53,26 +67,52 @@ class Fit:
     attention: str
     rows: tuple  # the Options that fit, ranked
     rejected: tuple
+    gpu: gpus.GPU = None  # whose speeds the times assume
+    assumptions: dict = None  # mfu, inter_node, cpu_adam_params_per_s (and where it came from), headroom
 
     @property
     def world_size(self):
         return self.gpus_per_node * self.nodes
 
 
-def fit(model, seq_len, gpu_memory, gpus_per_node=1, nodes=1, host_memory=None, precision="bf16", attention="flash"):
-    """Every stage / offload / recomputation combination for ``model``, the ones that fit ranked first."""
+def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=None, precision="bf16",
+        attention="flash", gpu=None, mfu=step_time.MFU, inter_node=step_time.INTER_NODE_BYTES_PER_S,
+        cpu_adam_params_per_s=None, headroom=HEADROOM):
+    """Every stage / offload / recomputation combination for ``model``, the fitting ones ranked fastest first.
+
+    ``gpu`` is a zerolab.gpus preset name or GPU (its memory is used when gpu_memory is None; its speeds for the
+    times, zerolab.gpus.DEFAULT_FOR_TIME's without it). ``cpu_adam_params_per_s`` defaults to what
+    `zerolab fit --measure-host` stored, else zerolab.step_time.CPU_ADAM_PARAMS_PER_S.
+    """
+    device = gpus.preset(gpu) if isinstance(gpu, str) else gpu
+    if gpu_memory is None and device is not None:
+        gpu_memory = device.memory
     if isinstance(gpu_memory, bool) or not isinstance(gpu_memory, int) or gpu_memory < 1:
         raise ValueError(f"gpu_memory must be a whole number of bytes >= 1, got {gpu_memory!r}")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom!r}")
+    speeds = device or gpus.preset(gpus.DEFAULT_FOR_TIME)
+    adam_source = "given"
+    if cpu_adam_params_per_s is None:
+        measured = host_speed.load()
+        cpu_adam_params_per_s = measured["params_per_s"] if measured else step_time.CPU_ADAM_PARAMS_PER_S
+        adam_source = f"measured {measured['measured_at']} on {measured['machine']}" if measured else "default"
+    assumptions = {"mfu": mfu, "inter_node_bytes_per_s": inter_node, "cpu_adam_params_per_s": cpu_adam_params_per_s,
+                   "cpu_adam_source": adam_source, "nvme_bytes_per_s": step_time.NVME_BYTES_PER_S,
+                   "headroom": headroom, "speeds_of": speeds.name + ("" if device else " (no --gpu given)")}
     rows, rejected = [], []
     one_sequence = {recompute: activation_memory(model, seq_len, 1, precision, attention, recompute)
                     for recompute in RECOMPUTE}
     for stage, offload_optimizer, offload_param in memory.combinations():
         traffic = comm.traffic(model.params(), stage, gpus_per_node * nodes, precision=precision,
-                               offload_optimizer=offload_optimizer, offload_param=offload_param)
+                               offload_optimizer=offload_optimizer, offload_param=offload_param,
+                               bucket_allreduce=True)
         states = budgets.model_states(model, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision)
         buckets = budgets.bucket_bytes(stage, precision)
         for recompute in RECOMPUTE:
-            micro = budgets.largest_micro_batch(gpu_memory, states, one_sequence[recompute], buckets)
+            largest = budgets.largest_micro_batch(gpu_memory, states, one_sequence[recompute], buckets)
+            micro = budgets.largest_micro_batch(int((1 - headroom) * gpu_memory), states, one_sequence[recompute],
+                                                buckets) or largest
             acts = one_sequence[recompute]
             if micro > 1:
                 acts = activation_memory(model, seq_len, micro, precision, attention, recompute)
@@ -80,17 +120,23 @@ def fit(model, seq_len, gpu_memory, gpus_per_node=1, nodes=1, host_memory=None, 
             reason = ""
             if micro == 0:
                 line = plan.overflow(gpu_memory)
-                reason = (f"GPU: {line} overflows; one sequence needs {_gb(plan.gpu_bytes)} per GPU "
-                          f"({_lines(plan)}), the GPU has {_gb(gpu_memory)}")
+                reason = (f"GPU: {line} overflows at the {plan.peak} peak; one sequence needs "
+                          f"{_gb(plan.gpu_bytes)} per GPU ({_lines(plan)}), the GPU has {_gb(gpu_memory)}")
             elif host_memory is not None and plan.host_bytes > host_memory:
-                reason = f"host: needs {_gb(plan.host_bytes)} per node, the node has {_gb(host_memory)}"
-            option = Option(stage, offload_optimizer, offload_param, recompute, 0 if reason else micro, plan,
-                            traffic, reason)
-            (rejected if reason else rows).append(option)
-    rows.sort(key=lambda o: (o.traffic.wire_bytes, o.pcie_bytes, o.traffic.nvme_bytes, RECOMPUTE.index(o.recompute),
-                             -o.micro_batch, o.stage))
+                reason = (f"host: needs {_gb(plan.host_bytes)} per node at run time, the node has "
+                          f"{_gb(host_memory)}")
+            if reason:
+                rejected.append(Option(stage, offload_optimizer, offload_param, recompute, 0, plan, traffic, reason))
+                continue
+            timing = step_time.step_time(model.params(), stage, gpus_per_node, nodes, micro, seq_len, speeds,
+                                         recompute, offload_optimizer, offload_param, precision, mfu, inter_node,
+                                         cpu_adam_params_per_s)
+            tight = plan.gpu_bytes > (1 - headroom) * gpu_memory
+            rows.append(Option(stage, offload_optimizer, offload_param, recompute, micro, plan, traffic, "", timing,
+                               tight, largest))
+    rows.sort(key=lambda o: (-o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.budget.gpu_bytes, o.stage))
     return Fit(model, seq_len, gpu_memory, host_memory, gpus_per_node, nodes, precision, attention, tuple(rows),
-               tuple(rejected))
+               tuple(rejected), speeds, assumptions)
 
 
 def ds_config(option, world_size, precision="bf16"):

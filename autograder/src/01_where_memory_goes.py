@@ -599,7 +599,7 @@ assert budget.budget(llama, 2, 4096, answer + 1, gpus_per_node=8, recompute="ful
     "not the largest: one more sequence still fits"
 assert largest_micro_batch(llama, 4096, 80 * GB, 8, 0, "full") == 0, \
     "does not fit: at stage 0 not even one sequence fits on these GPUs; return 0 then"
-_row = next(o for o in fit(llama, 4096, 80 * GB, 8).rows
+_row = next(o for o in fit(llama, 4096, 80 * GB, 8, headroom=0).rows
             if (o.stage, o.offload_optimizer, o.recompute) == (2, "none", "full"))
 assert answer == _row.micro_batch, "zerolab fit finds another micro-batch for ZeRO-2 with full recomputation"
 ### BEGIN HIDDEN TESTS
@@ -624,17 +624,19 @@ for _name, _seq, _gpu, _gpus, _stage, _recompute in (
 
 # %% [markdown]
 # The command line answers the same question for every stage, offload and recomputation at once, ranked
-# (least traffic first), with the reason each rejected setup does not fit; find the ZeRO-2 row with full
+# (fastest first), with the reason each rejected setup does not fit. `--headroom 0` lets each row use the largest
+# micro-batch that fits, as yours does (by default it leaves 5% of the GPU free); find the ZeRO-2 row with full
 # recomputation and compare its micro-batch with yours. `--emit-config N` prints a ds_config for row N that
 # `zerolab check` accepts.
 
-# %% [markdown] lang="zh" en="f9a7956cb626"
-# 命令行能一次回答所有 stage、卸载方式和重计算方式下的同一个问题，并排好序（通信量最少的在前），还会给出每个被否决的配置放不下的原因；找到 ZeRO-2 + 完全重计算那一行，把它的微批次和你的结果比一比。`--emit-config N` 会为第 N 行打印一份能通过 `zerolab check` 的 ds_config。
+# %% [markdown] lang="zh" en="9dc102d7b8d8"
+# 命令行能一次回答所有 stage、卸载方式和重计算方式下的同一个问题，并排好序（最快的在前），还会给出每个被否决的配置放不下的原因。`--headroom 0` 让每一行都用放得下的最大微批次，和你的函数一样（默认会留出 GPU 显存的 5%）；找到 ZeRO-2 + 完全重计算那一行，把它的微批次和你的结果比一比。`--emit-config N` 会为第 N 行打印一份能通过 `zerolab check` 的 ds_config。
 
 # %%
 from zerolab.cli import main as zerolab_cli
 
-status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu-memory", "80GB", "--gpus-per-node", "8"])
+status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu-memory", "80GB", "--gpus-per-node", "8",
+                      "--headroom", "0"])
 
 # %% [markdown]
 # - Activations are per GPU and per micro-batch: ZeRO does not partition them. They grow with the sequence
