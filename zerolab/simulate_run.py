@@ -97,9 +97,14 @@ def _quiet_transformers():
         logging.set_verbosity(level)
 
 
-def run_step(config, progress, seq_len, micro_batch, attention, recompute, precision, layers=None):
-    """Forward, loss and backward once under FakeTensorMode; the peak bytes MemTracker saw."""
-    with FakeTensorMode(), _unpacked_sequences(), _quiet_transformers():
+def run_step(config, progress, seq_len, micro_batch, attention, recompute, precision, layers=None, fake=True):
+    """Forward, loss and backward once under FakeTensorMode; the peak bytes MemTracker saw.
+
+    ``fake=False`` runs the same step on real CPU tensors (tests compare the two on a tiny model)."""
+    fake_mode = (FakeTensorMode(), _unpacked_sequences()) if fake else ()
+    with contextlib.ExitStack() as stack:
+        for context in (*fake_mode, _quiet_transformers()):
+            stack.enter_context(context)
         progress("building the model", force=True)
         model = build_model(config, attention, precision, layers)
         model.train()
