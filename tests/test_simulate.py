@@ -29,7 +29,7 @@ def _cache_in_tmp(tmp_path, monkeypatch):
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_a_fake_step_allocates_what_a_real_step_does(attention, recompute):
-    """The same tiny model run on real CPU tensors: FakeTensorMode (and its unpacked-sequence answer) changes nothing."""
+    """The same tiny model on real CPU tensors: FakeTensorMode (and its unpacked-sequence answer) changes nothing."""
     from zerolab.simulate_run import run_step
     quiet = lambda *args, **kwargs: None  # noqa: E731
     fake = run_step(TINY, quiet, 128, 2, attention, recompute, "bf16", fake=True)
@@ -100,9 +100,10 @@ def test_from_hf_config_matches_the_preset_and_its_published_count(name):
     assert decoder.params() == preset.published_params
 
 
-@pytest.mark.parametrize("name, published", [("mistral-7b", 7_248_023_552), ("gpt2", 124_439_808)])
+@pytest.mark.parametrize("name, published", [("mistral-7b", 7_248_023_552), ("gpt2", 124_439_808),
+                                             ("tinyllama-1.1b", 1_100_048_384)])
 def test_from_hf_config_of_models_without_a_preset(name, published):
-    """Mistral-7B-v0.3's safetensors total and GPT-2 small's count."""
+    """Mistral-7B-v0.3's and TinyLlama-1.1B's safetensors totals, and GPT-2 small's count."""
     assert from_hf_config(HF_CONFIGS[name]).params() == published
 
 

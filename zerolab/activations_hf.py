@@ -14,8 +14,9 @@ One layer keeps, without recomputation:
   eager: query, key and value repeated to all heads e*sbh each, the fp32 softmax 4as^2b, the probabilities cast
       back e*as^2b (the same tensor at fp32), and the output projection's input e*sbh;
   the MLP input e*sbh and SwiGLU's four s x f tensors (gate, silu(gate), up, their product) 4e*sbf.
-Full recomputation keeps each layer's input, e*sbh (and eager's additive causal mask, b*s^2*e, once). Outside the layers: the final norm as above, the head input
-e*sbh, the fp32 log-softmax the loss keeps 4sbv, and the token ids and labels (int64) 16sb.
+Full recomputation keeps each layer's input, e*sbh (and eager's additive causal mask, b*s^2*e, once). Outside the
+layers: the final norm as above, the head input e*sbh, the fp32 log-softmax the loss keeps 4sbv, and the token ids
+and labels (int64) 16sb.
 
 The peak comes during backward, at the largest of these moments, each the kept total plus ``working``:
   loss: the fp32 gradients of the log-softmax and of the upcast logits, 8sbv;

@@ -1,6 +1,7 @@
 """Hugging Face configs for the simulation: a preset name, a local config.json, or a hub id (online only).
 
-The presets are the architecture fields of the released config.json files (meta-llama/Llama-2-{7,13,70}b-hf,
+The presets are the architecture fields of the released config.json files (TinyLlama/TinyLlama-1.1B-intermediate-
+step-1431k-3T, meta-llama/Llama-2-{7,13,70}b-hf,
 meta-llama/Meta-Llama-3-{8,70}B, mistralai/Mistral-7B-v0.3, openai-community/gpt2); fields that only matter for
 generation or tokenisation are left out. No transformers import here: a config is a plain dict.
 """
@@ -19,6 +20,7 @@ def _llama(hidden, ffn, heads, kv_heads, layers, vocab, positions, rope_theta=10
 
 
 HF_CONFIGS = {
+    "tinyllama-1.1b": _llama(2048, 5632, 32, 4, 22, 32000, 2048),
     "llama2-7b": _llama(4096, 11008, 32, 32, 32, 32000, 4096),
     "llama2-13b": _llama(5120, 13824, 40, 40, 40, 32000, 4096),
     "llama2-70b": _llama(8192, 28672, 64, 8, 80, 32000, 4096),

@@ -8,11 +8,11 @@ by category from ``torch.distributed._tools.mem_tracker.MemTracker``. The step i
 with ``use_reentrant=False``, as Hugging Face recommends.
 
 Device: the fake tensors are CPU tensors. FakeTensorMode does create "cuda" tensors without CUDA, but the weight
-initialisation and SDPA's kernel choice run device code there ("PyTorch is not linked with support for cuda
-devices"). Nothing is lost: autograd keeps the same tensors on either device, and for SDPA the CPU picks its flash
-kernel, which keeps what CUDA's flash and memory-efficient kernels keep: query, key, value, the output and an
-fp32 log-sum-exp per row, with grouped-query attention done inside the kernel (``enable_gqa``). CUDA's caching
-allocator rounds each block up to 512 bytes, which changes nothing at these sizes.
+initialisation and SDPA's kernel choice then run device code ("PyTorch is not linked with support for cuda
+devices"). Little is lost: autograd keeps the same tensors on either device, and for SDPA the CPU picks its flash
+kernel, which keeps what CUDA's flash kernel keeps (query, key, value, the output and an fp32 log-sum-exp per row,
+grouped-query attention inside the kernel); CUDA's memory-efficient kernel keeps the same. Not checked here on a
+GPU: which kernel CUDA picks, and what cuDNN attention keeps. CUDA's allocator rounds blocks up to 512 bytes.
 
 ``activation_peak_bytes`` is the largest sum of MemTracker's ACT (what forward keeps) and TEMP (backward's
 transients, a weight gradient included at the instant it is created) over the step: parameters, their gradients
