@@ -27,7 +27,7 @@ from zerolab.hf_models import HF_CONFIGS  # noqa: E402
 from zerolab.models import from_hf_config  # noqa: E402
 
 LEDGER = ROOT / "docs" / "fit_ledger.md"
-MODELS = ("tinyllama-1.1b", "llama2-7b", "mistral-7b", "llama3-8b", "llama2-13b", "llama2-70b", "llama3-70b")
+MODELS = ("tinyllama-1.1b", "llama2-7b", "mistral-7b", "llama3-8b", "llama2-13b", "llama2-70b")
 SHAPES = ((2048, 1), (4096, 2))  # (sequence length, micro-batch)
 ATTENTIONS = ("sdpa", "eager")
 RECOMPUTES = ("none", "full")
@@ -67,7 +67,7 @@ def formula_columns(name, attention, recompute, seq_len, micro_batch, simulated_
 
 
 def _error(predicted, simulated):
-    return f"{(predicted / simulated - 1) * 100:+.1f}%"
+    return f"{(predicted / simulated - 1) * 100:+.2f}%"
 
 
 def simulate_rows():
@@ -103,8 +103,8 @@ def render(rows, command):
         errors["megatron"].append(float(cells[3][:-1]))
         body.append([name, attention, recompute, str(micro_batch), str(seq_len),
                      f"{simulated / 1e9:.2f} ({simulated})", *cells, f"{seconds:.0f}"])
-    summary = [f"| {kind} | {statistics.median(abs(e) for e in values):.1f}% | "
-               f"{max(values, key=abs):+.1f}% |" for kind, values in errors.items()]
+    summary = [f"| {kind} | {statistics.median(abs(e) for e in values):.2f}% | "
+               f"{max(values, key=abs):+.2f}% |" for kind, values in errors.items()]
     lines = [
         "# Activation formulas against full-size simulations",
         "",

@@ -107,6 +107,13 @@ def test_from_hf_config_of_models_without_a_preset(name, published):
     assert from_hf_config(HF_CONFIGS[name]).params() == published
 
 
+@pytest.mark.parametrize("change, needle", [(dict(model_type="t5"), "model_type"), (dict(head_dim=96), "head_dim"),
+                                            (dict(attention_bias=True), "bias")])
+def test_from_hf_config_refuses_what_a_decoder_cannot_describe(change, needle):
+    with pytest.raises(ValueError, match=needle):
+        from_hf_config(HF_CONFIGS["llama2-7b"] | change)
+
+
 def test_a_second_call_is_read_from_the_cache(tmp_path):
     first = simulate("llama2-7b", 512, 1, layers=2, progress=False)
     second = simulate("llama2-7b", 512, 1, layers=2, progress=False)

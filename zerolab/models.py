@@ -128,6 +128,8 @@ def from_hf_config(config, name=None):
     if kind not in ("llama", "mistral"):
         raise ValueError(f"unsupported model_type {kind!r}: from_hf_config reads llama, mistral and gpt2 configs")
     heads = config["num_attention_heads"]
+    if config.get("head_dim") not in (None, config["hidden_size"] // heads):
+        raise ValueError("unsupported config: head_dim differs from hidden_size / num_attention_heads")
     if config.get("attention_bias") or config.get("mlp_bias"):
         raise ValueError("unsupported config: biased Llama layers (attention_bias/mlp_bias) are not modelled")
     return Decoder(name, config["num_hidden_layers"], config["hidden_size"], heads, config["intermediate_size"],
