@@ -172,8 +172,10 @@ def test_simulation_is_plain_data():
 
 
 def test_commands_that_do_not_simulate_do_not_import_transformers():
-    probe = ("import sys\nfrom zerolab.cli import main\nimport zerolab\n"
-             "status = main(['estimate', '--params', '7B', '--gpus-per-node', '8'])\n"
-             "print(status, 'transformers' in sys.modules, 'zerolab.simulate_run' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert result.stdout.strip().splitlines()[-1] == "0 False False", result.stderr
+    command = ["-X", "importtime", "-m", "zerolab", "estimate", "--params", "7B", "--gpus-per-node", "8"]
+    result = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "zerolab.cli" in imported  # the probe sees the command's imports
+    assert not {name for name in imported if name.split(".")[0] == "transformers" or name == "zerolab.simulate_run"}
