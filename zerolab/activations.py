@@ -38,6 +38,8 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("standard", "flash", "torch_mha")
 ACCOUNTINGS = ("paper", "real_block")
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+IMPLEMENTATIONS = ("megatron", "hf")
+HF_ATTENTION = {"flash": "sdpa", "standard": "eager"}  # the megatron names of the same two kernels
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class Activations:
     layer: dict  # one decoder layer
     shared: dict  # kept once by the layers together (a causal mask they all use)
     outside: dict  # embedding, final norm, output layer, loss
-    working: dict  # live only while one layer recomputes during backward
+    working: dict  # live only at the peak: one layer recomputing (megatron); the peak moment's transients (hf)
+    moment: str = ""  # hf: which moment of backward the peak is (see zerolab.activations_hf)
 
     @property
     def layer_bytes(self):
@@ -65,13 +68,25 @@ class Activations:
 
     def as_dict(self):
         return {"layers": self.layers, "layer": dict(self.layer), "shared": dict(self.shared),
-                "outside": dict(self.outside), "working": dict(self.working), "layer_bytes": self.layer_bytes,
-                "blocks_bytes": self.blocks_bytes, "total_bytes": self.total_bytes}
+                "outside": dict(self.outside), "working": dict(self.working), "moment": self.moment,
+                "layer_bytes": self.layer_bytes, "blocks_bytes": self.blocks_bytes, "total_bytes": self.total_bytes}
 
 
 def activation_memory(model, seq_len, micro_batch, precision="bf16", attention="flash", recompute="none",
-                      accounting="paper"):
-    """Activation bytes per GPU for ``model`` (a zerolab.models.Decoder) at this sequence length and micro-batch."""
+                      accounting="paper", implementation="megatron"):
+    """Activation bytes per GPU for ``model`` (a zerolab.models.Decoder) at this sequence length and micro-batch.
+
+    ``implementation``: "megatron" counts as Korthikanti et al. do (with ``accounting`` "paper" or "real_block");
+    "hf" follows Hugging Face's Llama code, checked against zerolab.simulate (zerolab.activations_hf), where
+    attention is "sdpa" or "eager" ("flash" and "standard" name the same two) and recompute "none" or "full".
+    """
+    if implementation == "hf":
+        from zerolab.activations_hf import hf_activation_memory
+        _check(seq_len, micro_batch, precision, "flash", "none", accounting)
+        attention = HF_ATTENTION.get(attention, attention)
+        return hf_activation_memory(model, seq_len, micro_batch, precision, attention, recompute)
+    if implementation != "megatron":
+        raise ValueError(f"implementation must be one of {', '.join(IMPLEMENTATIONS)}, got {implementation!r}")
     _check(seq_len, micro_batch, precision, attention, recompute, accounting)
     args = (model, seq_len, micro_batch, precision, attention, accounting)
     layer = layer_terms(*args, recompute=recompute)

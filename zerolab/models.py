@@ -114,3 +114,25 @@ def from_params(params, layers=None, hidden=None, heads=None, vocab=None):
     if layers is None:
         layers = max(1, round((params - (base.params() - base.layer_params())) / base.layer_params()))
     return replace(base, name=f"custom-{layers}x{hidden}", layers=layers)
+
+
+def from_hf_config(config, name=None):
+    """The Decoder of a Hugging Face config.json (a dict): Llama-family (llama, mistral) or GPT-2 fields."""
+    kind = config.get("model_type")
+    name = name or config.get("_name_or_path") or kind or "hf"
+    if kind == "gpt2":
+        hidden = config["n_embd"]
+        return Decoder(name, config["n_layer"], hidden, config["n_head"], config.get("n_inner") or 4 * hidden,
+                       config["vocab_size"], positions=config["n_positions"],
+                       tied_embeddings=config.get("tie_word_embeddings", True))
+    if kind not in ("llama", "mistral"):
+        raise ValueError(f"unsupported model_type {kind!r}: from_hf_config reads llama, mistral and gpt2 configs")
+    heads = config["num_attention_heads"]
+    if config.get("head_dim") not in (None, config["hidden_size"] // heads):
+        raise ValueError("unsupported config: head_dim differs from hidden_size / num_attention_heads")
+    if config.get("attention_bias") or config.get("mlp_bias"):
+        raise ValueError("unsupported config: biased Llama layers (attention_bias/mlp_bias) are not modelled")
+    return Decoder(name, config["num_hidden_layers"], config["hidden_size"], heads, config["intermediate_size"],
+                   config["vocab_size"], kv_heads=config.get("num_key_value_heads") or heads, mlp="swiglu",
+                   norm="rmsnorm", bias=False, dropout=False,
+                   tied_embeddings=config.get("tie_word_embeddings", False))

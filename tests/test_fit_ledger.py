@@ -1,0 +1,38 @@
+"""docs/fit_ledger.md is current: written by this simulation, its formula columns what the engine computes now."""
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REGENERATE = "regenerate it: `nice python scripts/fit_ledger.py` (or --formula-only when only a formula changed)"
+
+
+@pytest.fixture(scope="module")
+def ledger_script():
+    spec = importlib.util.spec_from_file_location("fit_ledger", ROOT / "scripts" / "fit_ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ledger_was_simulated_by_this_simulation(ledger_script):
+    text = ledger_script.LEDGER.read_text(encoding="utf-8")
+    recorded = re.search(r"simulation fingerprint: (\w+)", text)
+    assert recorded and recorded.group(1) == ledger_script.fingerprint(), f"docs/fit_ledger.md is stale: {REGENERATE}"
+
+
+def test_every_grid_row_is_there_and_its_formulas_are_current(ledger_script):
+    rows = ledger_script.read_rows()
+    keys = {(name, attention, recompute, (seq, micro)) for name, attention, recompute, seq, micro, _, _ in rows}
+    assert keys == set(ledger_script.grid()), f"the ledger's rows are not the script's grid: {REGENERATE}"
+    assert ledger_script.render(rows, "python scripts/fit_ledger.py") == \
+        ledger_script.LEDGER.read_text(encoding="utf-8"), f"a formula changed: {REGENERATE}"
+
+
+def test_the_hf_formula_stays_within_3_percent_at_full_size(ledger_script):
+    rows = ledger_script.read_rows()
+    for name, attention, recompute, seq, micro, simulated, _ in rows:
+        cells = ledger_script.formula_columns(name, attention, recompute, seq, micro, simulated)
+        assert abs(float(cells[1][:-1])) <= 3.0, (name, attention, recompute, seq, micro, cells)
