@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from zerolab import budget as budgets
 from zerolab import comm, gpus, host_speed, memory, step_time
 from zerolab.activations import RECOMPUTE, activation_memory
+from zerolab.activations_hf import RECOMPUTE as HF_RECOMPUTE
 
 HEADROOM = 0.05
 
@@ -69,6 +70,7 @@ class Fit:
     rejected: tuple
     gpu: gpus.GPU = None  # whose speeds the times assume
     assumptions: dict = None  # mfu, inter_node, cpu_adam_params_per_s (and where it came from), headroom
+    implementation: str = "megatron"  # whose activations: zerolab.activations' implementation
 
     @property
     def world_size(self):
@@ -77,8 +79,12 @@ class Fit:
 
 def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=None, precision="bf16",
         attention="flash", gpu=None, mfu=step_time.MFU, inter_node=step_time.INTER_NODE_BYTES_PER_S,
-        cpu_adam_params_per_s=None, headroom=HEADROOM):
+        cpu_adam_params_per_s=None, headroom=HEADROOM, implementation="megatron"):
     """Every stage / offload / recomputation combination for ``model``, the fitting ones ranked fastest first.
+
+    ``implementation`` says whose code keeps the activations (zerolab.activations): "megatron" (Korthikanti et al.,
+    with selective recomputation) or "hf" (Hugging Face's Llama code, which recomputes whole layers or nothing);
+    ``implementation_for`` picks the one that runs a model.
 
     ``gpu`` is a zerolab.gpus preset name or GPU (its memory is used when gpu_memory is None; its speeds for the
     times, zerolab.gpus.DEFAULT_FOR_TIME's without it). ``cpu_adam_params_per_s`` defaults to what
@@ -101,21 +107,24 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
                    "cpu_adam_source": adam_source, "nvme_bytes_per_s": step_time.NVME_BYTES_PER_S,
                    "headroom": headroom, "speeds_of": speeds.name + ("" if device else " (no --gpu given)")}
     rows, rejected = [], []
-    one_sequence = {recompute: activation_memory(model, seq_len, 1, precision, attention, recompute)
-                    for recompute in RECOMPUTE}
+    recomputes = RECOMPUTE if implementation == "megatron" else HF_RECOMPUTE
+
+    def activations(micro, recompute):
+        return activation_memory(model, seq_len, micro, precision, attention, recompute, implementation=implementation)
+    one_sequence = {recompute: activations(1, recompute) for recompute in recomputes}
     for stage, offload_optimizer, offload_param in memory.combinations():
         traffic = comm.traffic(model.params(), stage, gpus_per_node * nodes, precision=precision,
                                offload_optimizer=offload_optimizer, offload_param=offload_param,
                                bucket_allreduce=True)
         states = budgets.model_states(model, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision)
         buckets = budgets.bucket_bytes(stage, precision)
-        for recompute in RECOMPUTE:
+        for recompute in recomputes:
             largest = budgets.largest_micro_batch(gpu_memory, states, one_sequence[recompute], buckets)
             micro = budgets.largest_micro_batch(int((1 - headroom) * gpu_memory), states, one_sequence[recompute],
                                                 buckets) or largest
             acts = one_sequence[recompute]
             if micro > 1:
-                acts = activation_memory(model, seq_len, micro, precision, attention, recompute)
+                acts = activations(micro, recompute)
             plan = budgets.combine(states, acts, buckets)
             reason = ""
             if micro == 0:
@@ -136,7 +145,13 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
                                tight, largest))
     rows.sort(key=lambda o: (-o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.budget.gpu_bytes, o.stage))
     return Fit(model, seq_len, gpu_memory, host_memory, gpus_per_node, nodes, precision, attention, tuple(rows),
-               tuple(rejected), speeds, assumptions)
+               tuple(rejected), speeds, assumptions, implementation)
+
+
+def implementation_for(model):
+    """Whose activations to count for ``model``: "hf" for the Llama family (SwiGLU, RMSNorm, no biases), which
+    people train with Hugging Face's code; "megatron" for the GPT-3 shapes, which are Megatron's."""
+    return "hf" if (model.mlp, model.norm, model.bias) == ("swiglu", "rmsnorm", False) else "megatron"
 
 
 def ds_config(option, world_size, precision="bf16"):

@@ -7,8 +7,10 @@ from zerolab.activations import ATTENTION
 from zerolab.commands.arguments import params_count, positive_float, positive_int
 from zerolab.comm import bandwidth
 from zerolab.errors import UserError
+from zerolab.hf_models import HF_CONFIGS, load_hf_config
 from zerolab.units import format_count, parse_bytes
 
+MODEL_NAMES = list(models.PRESETS) + [name for name in HF_CONFIGS if name not in models.PRESETS]
 HELP = "will my model fit, and which way trains fastest? every stage, offload and recomputation, ranked by speed"
 DESCRIPTION = f"""\
 Will a model train on these GPUs, and which way is fastest? For every ZeRO stage x offload x activation
@@ -18,7 +20,9 @@ and the optimizer step (the fp32 gradients DeepSpeed makes inside step(), when a
                          parameters gathered under stage3_max_live_parameters, 1e9 elements by default)
   communication_buckets  the gradient reduce bucket (500M elements): two at ZeRO-1/2 with overlap_comm, one at
                          ZeRO-3
-  activations            Korthikanti et al. 2022's accounting for the model's shape, sequence and micro-batch
+  activations            whose code runs the model (--implementation): Hugging Face's Llama code (hf, the default
+                         for Llama-family models; within 0.01% of a full-size simulation, docs/fit_ledger.md)
+                         or Korthikanti et al. 2022's Megatron accounting (megatron, the GPT-3 shapes' default)
   cuda_context           an allowance of {budget.CUDA_CONTEXT_BYTES / 2**30:g} GiB for the CUDA context, cuBLAS and NCCL
   fragmentation          an allowance of {budget.FRAGMENTATION:.0%} of the lines above for the caching allocator
 and finds the largest micro-batch that leaves --headroom of the GPU free. Each setup that fits gets a time per
@@ -31,15 +35,19 @@ DeepSpeed's default pin path, unless DS_PIN_MEMORY_BACKEND=native); DeepSpeed's 
 peak, is shown apart. Sizes: 80GB = 80 x 10^9 bytes; write 80GiB for 80 x 2^30.
 
 GPUs (--gpu, memory and speeds from the vendors' data sheets): {", ".join(gpus.PRESETS)}.
-Models (--model): {", ".join(models.PRESETS)}.
-Without a preset, --params builds a GPT-3-shaped decoder of that size; --layers, --hidden, --heads and
---vocab override its shape.
+Models (--model): {", ".join(MODEL_NAMES)}.
+--config reads a Hugging Face config.json (Llama, Mistral, GPT-2 fields). Without either, --params builds a
+GPT-3-shaped decoder of that size; --layers, --hidden, --heads and --vocab override its shape.
+--simulate runs row 1's training step of the real Hugging Face model under PyTorch's FakeTensorMode (no memory
+allocated, no GPU; about a minute for 13B on 2 cores, then cached) and prints its activation peak next to the
+formula's.
 
 Recomputation is set in the training code, not in the ds_config (Hugging Face:
-model.gradient_checkpointing_enable(); Megatron: --recompute-granularity selective|full).
+model.gradient_checkpointing_enable(), whole layers only; Megatron: --recompute-granularity selective|full).
 
 examples:
   zerolab fit --model llama2-13b --seq-len 4096 --gpu h100-80gb --gpus-per-node 8
+  zerolab fit --config path/to/config.json --seq-len 4096 --gpu h100-80gb --gpus-per-node 8 --simulate
   zerolab fit --model llama3-70b --seq-len 8192 --gpu h200 --gpus-per-node 8 --nodes 4 --inter-node-bandwidth 400Gbps
   zerolab fit --model llama2-7b --seq-len 4096 --gpu 4090 --gpus-per-node 2 --host-memory 128GB
   zerolab fit --model llama2-13b --seq-len 4096 --gpu a100-80gb --gpu-memory 79GiB --gpus-per-node 8 --headroom 0.1
@@ -52,8 +60,9 @@ examples:
 
 def add_arguments(parser):
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--model", metavar="NAME", help="a preset: " + ", ".join(models.PRESETS))
+    which.add_argument("--model", metavar="NAME", help="a preset: " + ", ".join(MODEL_NAMES))
     which.add_argument("--params", type=params_count, metavar="N", help="parameter count: 13B, 350M, 7.5e9")
+    which.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (or its folder)")
     for flag, what in (("--layers", "decoder layers"), ("--hidden", "hidden size"), ("--heads", "attention heads"),
                        ("--vocab", "vocabulary size")):
         parser.add_argument(flag, type=positive_int(flag), metavar="N", help=f"{what} (with --params)")
@@ -83,6 +92,11 @@ def add_arguments(parser):
                         help="parameters per second CPU Adam steps on one node (default: --measure-host's figure)")
     parser.add_argument("--measure-host", action="store_true",
                         help="time DeepSpeed's CPU Adam on this machine and store params/s for later fits")
+    parser.add_argument("--implementation", choices=("hf", "megatron"),
+                        help="whose activations: hf (Hugging Face's code; default for Llama-family models) or megatron "
+                             "(Korthikanti et al.; default otherwise, and the only one with selective recomputation)")
+    parser.add_argument("--simulate", action="store_true",
+                        help="also simulate row 1's step of the real Hugging Face model (FakeTensorMode) and compare")
     parser.add_argument("--json", action="store_true", help="print the rows (fitting and not) as JSON")
     parser.add_argument("--emit-config", type=positive_int("--emit-config"), metavar="N",
                         help="print the ds_config of fitting row N (as numbered in the table)")
@@ -93,16 +107,23 @@ def run(args):
         _measure_host()  # stored in the cache, where the fit below reads it (unless --cpu-adam-throughput)
         if args.model is None and args.params is None:
             return 0
-    if args.model is None and args.params is None:
-        raise UserError("one of --model or --params is needed (or --measure-host alone)")
+    if args.model is None and args.params is None and args.config is None:
+        raise UserError("one of --model, --config or --params is needed (or --measure-host alone)")
     if args.gpu_memory is None and args.gpu is None:
         raise UserError("--gpu or --gpu-memory is needed: the memory of one GPU")
-    model = _model(args)
+    model, hf_source = _model(args)
+    if args.simulate and hf_source is None:
+        raise UserError("--simulate needs a Hugging Face model: --config config.json, or a --model preset with a "
+                        f"released config ({', '.join(HF_CONFIGS)})")
+    implementation = args.implementation or fitting.implementation_for(model)
+    if implementation == "hf" and fitting.implementation_for(model) != "hf":
+        raise UserError(f"--implementation hf: {model.name} is not a Llama-family model (SwiGLU, RMSNorm, no biases); "
+                        "use --implementation megatron")
     try:
         result = fitting.fit(model, args.seq_len, args.gpu_memory, args.gpus_per_node, args.nodes, args.host_memory,
                              args.precision, args.attention, gpu=args.gpu, mfu=args.mfu,
                              inter_node=args.inter_node_bandwidth, cpu_adam_params_per_s=args.cpu_adam_throughput,
-                             headroom=args.headroom)
+                             headroom=args.headroom, implementation=implementation)
     except ValueError as error:
         raise UserError(f"--gpu: {error}" if "GPU" in str(error) else str(error)) from None
     if args.emit_config is not None:
@@ -119,19 +140,52 @@ def run(args):
         print(json.dumps({"model": model.as_dict(), "seq_len": args.seq_len, "gpu_memory": result.gpu_memory,
                           "gpu": result.gpu.as_dict(), "host_memory": args.host_memory,
                           "gpus_per_node": args.gpus_per_node, "nodes": args.nodes, "precision": args.precision,
-                          "attention": args.attention, "assumptions": result.assumptions,
+                          "attention": args.attention, "implementation": implementation,
+                          "assumptions": result.assumptions,
                           "rows": [o.as_dict() for o in result.rows],
                           "rejected": [o.as_dict() for o in result.rejected]}, indent=2))
     else:
         print(table(result))
+    if args.simulate:
+        print("\n" + simulated(result, hf_source), file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def simulated(result, source):
+    """Row 1's activation peak simulated on the real Hugging Face model, next to the formulas."""
+    from zerolab.activations import activation_memory
+    from zerolab.simulate import simulate
+
+    if not result.rows:
+        raise UserError("--simulate compares row 1, and nothing fits")
+    row = result.rows[0]
+    recompute = "full" if row.recompute == "full" else "none"
+    attention = "sdpa" if result.attention == "flash" else "eager"
+    sim = simulate(source, result.seq_len, row.micro_batch, attention, recompute, result.precision)
+    where = "from the cache" if sim.cached else f"in {sim.seconds:.0f} s"
+    lines = [f"Simulated (FakeTensorMode, {where}): row 1's step, micro-batch {row.micro_batch}, {attention}, "
+             f"recompute {recompute}: activation peak {_gb(sim.activation_peak_bytes)} ({sim.activation_peak_phase})"]
+    for name in ("hf", "megatron"):
+        try:
+            counted = activation_memory(result.model, result.seq_len, row.micro_batch, result.precision,
+                                        result.attention, recompute, implementation=name).total_bytes
+        except ValueError:
+            continue
+        error = counted / sim.activation_peak_bytes - 1
+        lines.append(f"  formula {name:<8} {_gb(counted):>9}  {error:+.1%}"
+                     + ("  (the table's)" if name == result.implementation else ""))
+    return "\n".join(lines)
+
+
+WHOSE = {"hf": "Hugging Face's code keeps them (--implementation hf)",
+         "megatron": "Korthikanti et al. count them (--implementation megatron)"}
 
 
 def table(result):
     m = result.model
     lines = [f"{m.name}: {format_count(m.params())} parameters ({m.layers} layers, hidden {m.hidden}, {m.heads} "
              f"heads, MLP {m.ffn}, vocab {m.vocab}), sequence {result.seq_len}, {result.precision}, "
-             f"{result.attention} attention",
+             f"{result.attention} attention, activations as {WHOSE[result.implementation]}",
              f"{result.nodes} node(s) x {result.gpus_per_node} GPU(s) of {_gb(result.gpu_memory)}, host memory "
              + (f"{_gb(result.host_memory)} per node" if result.host_memory else "not limited")
              + "  (1 GB = 10^9 bytes)", ""]
@@ -233,16 +287,25 @@ def _measure_host():
 
 
 def _model(args):
+    """(the Decoder, the Hugging Face source to simulate or None)."""
     shape = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": args.vocab}
+    flag = "--model" if args.model is not None else "--config" if args.config is not None else "--params"
     try:
+        if args.params is None and any(value is not None for value in shape.values()):
+            raise UserError("--layers, --hidden, --heads and --vocab go with --params; a --model preset or a --config "
+                            "has its own shape")
+        if args.config is not None:
+            name, config = load_hf_config(args.config)
+            return models.from_hf_config(config, name), args.config
         if args.model is not None:
-            if any(value is not None for value in shape.values()):
-                raise UserError("--layers, --hidden, --heads and --vocab go with --params; a --model preset has "
-                                "its own shape")
-            return models.preset(args.model)
-        return models.from_params(args.params, **shape)
+            key = args.model.strip().lower()
+            if key in models.PRESETS:
+                return models.preset(key), key if key in HF_CONFIGS else None
+            if key in HF_CONFIGS:
+                return models.from_hf_config(HF_CONFIGS[key], key), key
+            raise ValueError(f"unknown model {args.model!r}: use one of {', '.join(MODEL_NAMES)}")
+        return models.from_params(args.params, **shape), None
     except ValueError as error:
-        flag = "--model" if args.model is not None else "--params"
         raise UserError(f"{flag}: {error}") from None
 
 
