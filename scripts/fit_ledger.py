@@ -9,6 +9,7 @@ files and the torch/transformers versions); tests/test_fit_ledger.py checks it a
 """
 import argparse
 import ast
+import json
 import hashlib
 import itertools
 import os
@@ -22,17 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zerolab.activations import activation_memory  # noqa: E402
+from zerolab import fit_ledger  # noqa: E402
 from zerolab.hf_models import HF_CONFIGS  # noqa: E402
-from zerolab.models import from_hf_config  # noqa: E402
 
-LEDGER = ROOT / "docs" / "fit_ledger.md"
+LEDGER = ROOT / "docs" / "fit_ledger.md"  # and zerolab/data/fit_ledger.json, what the lessons read
 MODELS = ("tinyllama-1.1b", "llama2-7b", "mistral-7b", "llama3-8b", "llama2-13b", "llama2-70b")
 SHAPES = ((2048, 1), (4096, 2))  # (sequence length, micro-batch)
 ATTENTIONS = ("sdpa", "eager")
 RECOMPUTES = ("none", "full")
 SIMULATION_FILES = ("zerolab/simulate.py", "zerolab/simulate_run.py", "zerolab/hf_models.py")
-MEGATRON_ATTENTION = {"sdpa": "flash", "eager": "standard"}
 COLUMNS = ("model", "attention", "recompute", "micro-batch", "seq", "simulated GB", "hf GB", "hf error",
            "megatron GB", "megatron error", "simulation s")
 
@@ -67,10 +66,8 @@ def grid():
 
 def formula_columns(name, attention, recompute, seq_len, micro_batch, simulated_bytes):
     """The formula cells of one row, as the ledger prints them."""
-    model = from_hf_config(HF_CONFIGS[name], name)
-    hf = activation_memory(model, seq_len, micro_batch, "bf16", attention, recompute, implementation="hf").total_bytes
-    megatron = activation_memory(model, seq_len, micro_batch, "bf16", MEGATRON_ATTENTION[attention],
-                                 recompute).total_bytes
+    row = record_row((name, attention, recompute, seq_len, micro_batch, simulated_bytes, 0))
+    hf, megatron = (fit_ledger.formula_bytes(row, implementation) for implementation in ("hf", "megatron"))
     return [f"{hf / 1e9:.2f}", _error(hf, simulated_bytes), f"{megatron / 1e9:.2f}", _error(megatron, simulated_bytes)]
 
 
@@ -89,6 +86,18 @@ def simulate_rows():
               f"{', cached' if result.cached else ''})", file=sys.stderr, flush=True)
         rows.append((name, attention, recompute, seq_len, micro_batch, result.activation_peak_bytes, result.seconds))
     return rows
+
+
+def record_row(row):
+    """One row as zerolab/data/fit_ledger.json keeps it (zerolab.fit_ledger reads it for the lessons)."""
+    name, attention, recompute, seq_len, micro_batch, simulated, seconds = row
+    return {"model": name, "attention": attention, "recompute": recompute, "seq_len": seq_len,
+            "micro_batch": micro_batch, "simulated_bytes": simulated, "seconds": round(seconds)}  # as the markdown shows it
+
+
+def record(rows):
+    return json.dumps({"fingerprint": fingerprint(), "versions": versions(),
+                       "rows": [record_row(row) for row in rows]}, indent=1) + "\n"
 
 
 def read_rows(path=LEDGER):
@@ -151,7 +160,8 @@ def main(argv=None):
         rows = simulate_rows()
     LEDGER.parent.mkdir(exist_ok=True)
     LEDGER.write_text(render(rows, "python scripts/fit_ledger.py"), encoding="utf-8")
-    print(f"wrote {os.path.relpath(LEDGER)}", file=sys.stderr)
+    fit_ledger.RECORD.write_text(record(rows), encoding="utf-8")
+    print(f"wrote {os.path.relpath(LEDGER)} and {os.path.relpath(fit_ledger.RECORD)}", file=sys.stderr)
     return 0
 
 

@@ -36,3 +36,14 @@ def test_the_hf_formula_stays_within_3_percent_at_full_size(ledger_script):
     for name, attention, recompute, seq, micro, simulated, _ in rows:
         cells = ledger_script.formula_columns(name, attention, recompute, seq, micro, simulated)
         assert abs(float(cells[1][:-1])) <= 3.0, (name, attention, recompute, seq, micro, cells)
+
+
+def test_the_lessons_record_holds_the_ledgers_rows(ledger_script):
+    """zerolab/data/fit_ledger.json (what zerolab.fit_ledger gives the lessons) is written with the markdown."""
+    from zerolab import fit_ledger
+
+    assert fit_ledger.RECORD.read_text(encoding="utf-8") == ledger_script.record(ledger_script.read_rows()), \
+        f"zerolab/data/fit_ledger.json is stale: {REGENERATE}"
+    summary = fit_ledger.summary()
+    assert summary["hf"]["rows"] == len(ledger_script.grid())
+    assert abs(summary["hf"]["worst"]) <= 0.03 < abs(summary["megatron"]["worst"])

@@ -1,0 +1,43 @@
+"""The error ledger's measurements, for the lessons: full-size simulated activation peaks of real Hugging Face
+models (scripts/fit_ledger.py records them in zerolab/data/fit_ledger.json and docs/fit_ledger.md), and how far
+each activation formula of zerolab.activations lands from them, computed now."""
+import json
+import statistics
+from pathlib import Path
+
+from zerolab.activations import activation_memory
+from zerolab.hf_models import HF_CONFIGS
+from zerolab.models import from_hf_config
+
+RECORD = Path(__file__).resolve().parent / "data" / "fit_ledger.json"
+IMPLEMENTATIONS = ("hf", "megatron")
+MEGATRON_ATTENTION = {"sdpa": "flash", "eager": "standard"}  # the same two kernels under Megatron's names
+
+
+def rows():
+    """The simulated rows: dicts of model, attention, recompute, seq_len, micro_batch, simulated_bytes, seconds."""
+    return json.loads(RECORD.read_text(encoding="utf-8"))["rows"]
+
+
+def formula_bytes(row, implementation):
+    """What ``implementation``'s formula counts for one row (bf16, as the rows were simulated)."""
+    model = from_hf_config(HF_CONFIGS[row["model"]], row["model"])
+    attention = row["attention"] if implementation == "hf" else MEGATRON_ATTENTION[row["attention"]]
+    return activation_memory(model, row["seq_len"], row["micro_batch"], "bf16", attention, row["recompute"],
+                             implementation=implementation).total_bytes
+
+
+def error(row, implementation):
+    """formula / simulated - 1."""
+    return formula_bytes(row, implementation) / row["simulated_bytes"] - 1
+
+
+def summary():
+    """{implementation: {"rows": how many, "median_abs": the median |error|, "worst": the error largest in size}}."""
+    simulated = rows()
+    result = {}
+    for implementation in IMPLEMENTATIONS:
+        errors = [error(row, implementation) for row in simulated]
+        result[implementation] = {"rows": len(errors), "median_abs": statistics.median(abs(e) for e in errors),
+                                  "worst": max(errors, key=abs)}
+    return result
