@@ -525,6 +525,37 @@ counted = activations.activation_memory(tiny, spec.seq_len, 4, "fp32", "torch_mh
 print(tr(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_bytes:,} bytes"))
 
 # %% [markdown]
+# ### Whose code keeps the activations?
+#
+# The paper counts Megatron's GPT layer. Most fine-tunes run Hugging Face's Llama code, which keeps more: each
+# RMSNorm keeps an fp32 copy of its input, attention keeps its output twice over, and backward starts with the
+# loss's fp32 gradients over the whole vocabulary. zerolab counts both (`implementation="megatron"` or `"hf"`).
+# Its error ledger (`docs/fit_ledger.md`) puts each next to a simulation of the whole real model: PyTorch's
+# FakeTensorMode runs a training step with shapes but no data, so a 70B model fits on a laptop.
+
+# %% [markdown] lang="zh" en="7a7fc99e99c7"
+# ### 激活值由谁的代码保存？
+#
+# 论文统计的是 Megatron 的 GPT 层。而大多数微调跑的是 Hugging Face 的 Llama 代码，它保存得更多：每个 RMSNorm 都保存一份 fp32 的输入副本，注意力的输出被保存了两次，反向传播一开始还有损失在整个词表上的 fp32 梯度。zerolab 两种都能统计（`implementation="megatron"` 或 `"hf"`）。它的误差账本（`docs/fit_ledger.md`）把两者分别与整个真实模型的模拟结果并列：PyTorch 的 FakeTensorMode 只带形状、不带数据地跑一个训练步，所以 70B 的模型在笔记本电脑上也能模拟。
+
+# %%
+from zerolab import fit_ledger
+
+for implementation, errors in fit_ledger.summary().items():
+    print(tr(f"{implementation:8s}: median error {errors['median_abs']:.1%}, worst {errors['worst']:+.1%} "
+             f"over {errors['rows']} simulated models and shapes"))
+for implementation in ("megatron", "hf"):
+    act = activations.activation_memory(llama, 4096, 1, "bf16", "flash", "none", implementation=implementation)
+    print(tr(f"{llama.name}, sequence 4096, {implementation:8s}: {units.format_bytes(act.total_bytes):>9} of activations"))
+
+# %% [markdown]
+# `zerolab fit` counts the Hugging Face figure for Llama-family models, and `zerolab fit --simulate` runs the
+# simulation for your own `config.json`.
+
+# %% [markdown] lang="zh" en="0d39e10c09c5"
+# 对 Llama 系列模型，`zerolab fit` 采用 Hugging Face 的数字；`zerolab fit --simulate` 则会为你自己的 `config.json` 运行这个模拟。
+
+# %% [markdown]
 # ### The whole budget of one GPU
 #
 # Will it fit is a question about the sum: model states, activations, the gradient buckets that communication
