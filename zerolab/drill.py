@@ -26,8 +26,16 @@ OPTIONS = {
             ("between_2_and_4", "more than 2 but less than 4"),
             ("exactly_4", "exactly 4"),
             ("partitioned", "nothing: ZeRO partitions activations over the GPUs")),
+    "Q19": (("first_step", "DeepSpeed partitions the optimizer states only after the first step, so the first step "
+                           "holds them whole"),
+            ("no_gradients", "the calculator left out the gradients, which ZeRO never partitions"),
+            ("allocator", "PyTorch's caching allocator frees nothing until the optimizer step ends"),
+            ("hf_activations", "the calculator counted activations as Megatron's GPT layer keeps them; Hugging Face's "
+                               "Llama code keeps more (an fp32 copy in each RMSNorm, attention's output twice) and "
+                               "starts backward with the loss's fp32 gradients over the whole vocabulary")),
 }
-RIGHT = {"Q02": "master_and_moments", "Q10": "stage_dependent", "Q13": "page_locked", "Q17": "between_2_and_4"}
+RIGHT = {"Q02": "master_and_moments", "Q10": "stage_dependent", "Q13": "page_locked", "Q17": "between_2_and_4",
+         "Q19": "hf_activations"}
 
 
 def letter(question, option):

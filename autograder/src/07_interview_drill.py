@@ -1290,6 +1290,105 @@ if revealed("Q18"):
                  f"total {units.format_bytes(act.total_bytes):>9}"))
 
 # %% [markdown]
+# ## Q19: the estimate said it fits (1 point)
+#
+# A memory calculator that counts activations as the Megatron paper does says your Llama 2 7B fine-tune fits with
+# ZeRO-3, no offload and no recomputation, at the micro-batch it picked. Hugging Face's Trainer runs out of GPU
+# memory in the first backward pass. What is the most likely reason?
+#
+# - A: DeepSpeed partitions the optimizer states only after the first step, so the first step holds them whole
+# - B: the calculator left out the gradients, which ZeRO never partitions
+# - C: PyTorch's caching allocator frees nothing until the optimizer step ends
+# - D: the calculator counted activations as Megatron's GPT layer keeps them; Hugging Face's Llama code keeps
+#   more (an fp32 copy in each RMSNorm, attention's output twice) and starts backward with the loss's fp32
+#   gradients over the whole vocabulary
+#
+# Set `Q19` to a letter.
+
+# %% [markdown] lang="zh" en="dc8ea43afce0"
+# ## Q19：估算说放得下（1 分）
+#
+# 某个显存计算器按 Megatron 论文的口径统计激活值，它说你的 Llama 2 7B 微调在 ZeRO-3、不卸载、不重计算、
+# 用它选的微批次时放得下。Hugging Face 的 Trainer 却在第一次反向传播时 GPU 显存不足。最可能的原因是什么？
+#
+# - A：DeepSpeed 要到第一步之后才切分优化器状态，所以第一步持有完整的优化器状态
+# - B：计算器漏算了梯度，而 ZeRO 从不切分梯度
+# - C：PyTorch 的缓存分配器在优化器步结束之前什么都不释放
+# - D：计算器按 Megatron 的 GPT 层统计激活值；Hugging Face 的 Llama 代码保存得更多（每个 RMSNorm 一份 fp32
+#   副本，注意力的输出保存两次），而且反向传播一开始就有损失在整个词表上的 fp32 梯度
+#
+# 把 `Q19` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex19_estimate_said_it_fits", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q19 = "D"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex19_estimate_said_it_fits", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import choice
+
+_letter = choice(Q19, "ABCD", "Q19")
+assert _letter != drill.letter("Q19", "first_step"), \
+    "Q19 is not right: DeepSpeed partitions the optimizer states when it builds the engine, before any step"
+assert _letter != drill.letter("Q19", "no_gradients"), \
+    "Q19 is not right: ZeRO-2 and ZeRO-3 partition the gradients, and the calculator counted them"
+assert drill.is_right("Q19", _letter), "Q19 is not right: which term of the budget depends on whose code runs the model?"
+### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q19", ["zerolab.drill"], exercise="Q19",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.fit import fit as _fit
+from zerolab.models import preset as _preset
+
+
+def _micro(implementation):
+    rows = _fit(_preset("llama2-7b"), 4096, 48 * 10**9, 8, headroom=0, implementation=implementation).rows
+    return next((o.micro_batch for o in rows if (o.stage, o.offload_optimizer, o.offload_param, o.recompute)
+                 == (3, "none", "none", "none")), 0)
+
+
+assert _micro("hf") < _micro("megatron"), "the course's own budget no longer shows the premise of Q19"
+from zerolab import drill
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q19, "Q19"), "ABCD", "Q19") == drill.key("Q19"), "Q19 is not right"
+### END HIDDEN TESTS
+passed("Q19")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** D. The optimizer states are partitioned when the engine is built, and every stage counts the
+# gradients; what the calculator got wrong is whose code keeps the activations. `zerolab fit` counts Hugging Face's
+# code for Llama-family models, checked against simulations of the whole models (`docs/fit_ledger.md`); the cell
+# below sets the two accountings side by side on eight 48 GB GPUs.
+#
+# </details>
+
+# %% [markdown] lang="zh" en="5626c594da6d"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** D。优化器状态在构建引擎时就已切分，每个 stage 也都统计了梯度；计算器错在激活值由谁的代码保存。
+# 对 Llama 系列模型，`zerolab fit` 按 Hugging Face 的代码统计，并与整个模型的模拟结果核对过（`docs/fit_ledger.md`）；
+# 下面的单元格在 8 张 48 GB 的 GPU 上把两种口径并列。
+#
+# </details>
+
+# %%
+if revealed("Q19"):
+    from zerolab.fit import fit
+    from zerolab.models import preset
+
+    for implementation in ("megatron", "hf"):
+        result = fit(preset("llama2-7b"), 4096, 48 * 10**9, 8, headroom=0, implementation=implementation)
+        row = next(o for o in result.rows + result.rejected
+                   if (o.stage, o.offload_optimizer, o.offload_param, o.recompute) == (3, "none", "none", "none"))
+        verdict = tr(f"fits micro-batch {row.micro_batch}") if row.fits else tr("does not fit one sequence")
+        print(tr(f"{implementation:8s}: ZeRO-3 {verdict}: activations {units.format_bytes(row.budget.gpu['activations'])}"
+                 f" of {units.format_bytes(row.budget.gpu_bytes)} per 48 GB GPU"))
+
+# %% [markdown]
 # ## Summary
 #
 # - 16 bytes per parameter: 2 fp16 parameters + 2 fp16 gradients + K = 12 (fp32 master weights, momentum, variance).

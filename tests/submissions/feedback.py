@@ -433,6 +433,12 @@ L07 = {
                                            ("4096 * 4096 * 2 / 1e9", "32 layers"), ('"1.07 GB"', "wrong type"),
                                            ("1.0", "wrong unit")],
                                    ["1.0737", "32 * 4096 * 1 * 4096 * 2 / 1e9", "1.07", "2**30 / 1e9"]),
+    "ex19_estimate_said_it_fits": _mc("Q19", [("first_step", "when it builds the engine"),
+                                              ("no_gradients", "partition the gradients"),
+                                              ("allocator", "not right")],
+                                      [('"d)"', "should be one of"), ("4", "wrong type"),
+                                       ('drill.key("Q19")', "off limits")],
+                                      ['"{}"', '"{l}"', '" {} "']),
 }
 
 VARIANTS["07_interview_drill"] = L07
