@@ -132,7 +132,8 @@ def render(rows, command):
         "run once under FakeTensorMode by `zerolab.simulate` (bf16, CPU kernels, which keep what CUDA's flash "
         "kernels keep). `hf` is `activation_memory(..., implementation=\"hf\")`; `megatron` is the Korthikanti et al. "
         "accounting (`flash` for sdpa, `standard` for eager). Error = formula / simulated - 1. GB = 10^9 bytes. "
-        "The last row is issue 21's case. Simulation seconds: one run on a shared 2-core CPU machine.",
+        "The last row is issue 21's case. Simulation seconds: one run on a shared 2-core CPU machine. Model states "
+        "measured in real DeepSpeed runs next to their prediction: `fit_ledger_runs.md`.",
         "",
         "| formula | median abs error | worst error |",
         "|---|---|---|",

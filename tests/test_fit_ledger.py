@@ -47,3 +47,20 @@ def test_the_lessons_record_holds_the_ledgers_rows(ledger_script):
     summary = fit_ledger.summary()
     assert summary["hf"]["rows"] == len(ledger_script.grid())
     assert abs(summary["hf"]["worst"]) <= 0.03 < abs(summary["megatron"]["worst"])
+
+
+@pytest.fixture(scope="module")
+def runs_script():
+    spec = importlib.util.spec_from_file_location("fit_ledger_runs", ROOT / "scripts" / "fit_ledger_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_real_run_ledger_predictions_are_current(runs_script):
+    """docs/fit_ledger_runs.md: every setup measured, and its predicted column what zerolab.memory says now."""
+    rows = runs_script.read_rows()
+    assert [(stage, offload) for stage, offload, *_ in rows] == list(runs_script.SETUPS)
+    assert runs_script.render(rows) == runs_script.LEDGER.read_text(encoding="utf-8"), \
+        "docs/fit_ledger_runs.md is stale: regenerate it with `python scripts/fit_ledger_runs.py`"
+    assert all(measured > 0 for *_, measured, _ in rows)
