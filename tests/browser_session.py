@@ -126,15 +126,18 @@ def run_all(page, name, while_running=None):
     in a subfolder), it runs nothing, so focus the notebook first and ask again if no cell has started.
     ``while_running(page)`` is called once the run has started, before waiting for it to end."""
     for attempt in range(3):
-        page.locator(f"{FRONT} .jp-Notebook").first.focus()
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
         try:
+            page.locator(f"{FRONT} .jp-Notebook").first.focus()
+            page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
             page.wait_for_function(RUN_STARTED, timeout=30_000)
             break
         except Exception:
             if attempt == 2:
                 keep_state(page, f"failed-{name}-run-all-never-started")
+                dialogs = page.locator(".jp-Dialog").all_inner_texts()
+                if dialogs:
+                    raise AssertionError(f"a dialog stood in the way of Run All: {dialogs}") from None
                 raise
     try:
         if while_running:
