@@ -108,7 +108,7 @@ class Checkpoint:
                f"format      {kind}, saved by {self.dp_world_size} data-parallel rank(s) x {self.mp_world_size} "
                f"model-parallel; global step {self.global_steps}; DeepSpeed {self.ds_version}"]
         if self.universal:
-            params = len({f.name.split(os.sep)[0] for f in self.files if f.kind == "universal"})
+            params = len({f.name.split(os.sep)[0] for f in self.files if f.kind == "universal" and os.sep in f.name})
             out.append(f"complete    yes: the model-states file and {params} parameter folders with "
                        f"{', '.join(UNIVERSAL_STATES)}")
             out.append("universal   yes: loads on any number of ranks")
@@ -270,11 +270,15 @@ def _universal(folder, tag, source):
     zero_dir = os.path.join(tag_dir, "zero")
     for param in expected or sorted(os.listdir(zero_dir)):
         for state_name in UNIVERSAL_STATES:
-            relative = os.path.join(param, state_name)
-            if not os.path.isfile(os.path.join(zero_dir, relative)):
-                raise CheckpointError(f"incomplete universal checkpoint: {os.path.join(zero_dir, relative)} is "
-                                      "missing; run ds_to_universal again into an empty folder")
-            checkpoint.files.append(_file(zero_dir, relative, "universal", None))
+            if not os.path.isfile(os.path.join(zero_dir, param, state_name)):
+                raise CheckpointError(f"incomplete universal checkpoint: {os.path.join(zero_dir, param, state_name)}"
+                                      " is missing; run ds_to_universal again into an empty folder")
+        names = sorted(n for n in os.listdir(os.path.join(zero_dir, param)) if n.endswith(".pt"))
+        for name in names:
+            checkpoint.files.append(_file(zero_dir, os.path.join(param, name), "universal", None))
+    for name in sorted(os.listdir(zero_dir)):  # the optimizer's common state (param groups, step)
+        if name.endswith(".pt") and os.path.isfile(os.path.join(zero_dir, name)):
+            checkpoint.files.append(_file(zero_dir, name, "universal", None))
     return checkpoint
 
 
