@@ -43,6 +43,7 @@ import torch
 from zerolab import memory
 from zerolab.ckpt.runs import checkpoint_config, resume_run, save_run
 from zerolab.checks import learner_value
+from zerolab.config import import_deepspeed
 from zerolab.i18n import tr
 from zerolab.reveal import answer_first, passed, revealed
 from zerolab.run import ModelSpec, RunFailed
@@ -55,6 +56,7 @@ with torch.device("meta"):
 RUN = not os.environ.get("NBGRADER_EXECUTION")  # real runs skip while nbgrader grades
 WORK = tempfile.mkdtemp(prefix="zerolab-lesson09-")
 atexit.register(shutil.rmtree, WORK, True)
+import_deepspeed()  # DeepSpeed's start-up log stays off the output
 print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WORK}"))
 
 # %% [markdown]
@@ -319,11 +321,12 @@ import torch as _torch
 from zerolab.checks_source import off_limits
 
 off_limits("consolidate", ["zerolab.ckpt"], exercise="exercise 3", instead="call DeepSpeed's zero_to_fp32 functions")
+from zerolab.ckpt.answers import quietly as _quietly
 from zerolab.ckpt.runs import SMALL as _SMALL, checkpoint_config as _config, save_run as _save_run
 
 with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex3-") as _folder:
-    _ranks = _save_run(_config(stage=3), _folder, ranks=2, steps=2, model=_SMALL)
-    _state = consolidate(_folder)
+    _ranks = _quietly(_save_run, _config(stage=3), _folder, ranks=2, steps=2, model=_SMALL)
+    _state = _quietly(consolidate, _folder)
 assert isinstance(_state, dict), f"wrong type: consolidate(...) should return a dict, got {type(_state).__name__}"
 _trained = _ranks[0]["final"]["params"]
 _missing = sorted(set(_trained) - set(_state))
@@ -390,9 +393,11 @@ def zero3_save_config(config):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_zero3_save_config", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-import copy as _copy
 import json as _json
 
+from zerolab.config import import_deepspeed as _import_deepspeed
+
+_import_deepspeed()  # its start-up log stays off the output
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig as _ZeroConfig
 
 _given = checkpoint_config(stage=2)
@@ -520,19 +525,20 @@ import tempfile as _tempfile
 from zerolab.checks_source import off_limits
 
 off_limits("prepare_resume", ["zerolab.ckpt"], exercise="exercise 5", instead="run DeepSpeed's ds_to_universal")
+from zerolab.ckpt.answers import quietly as _quietly
 from zerolab.ckpt.runs import SMALL as _SMALL, checkpoint_config as _config, resume_run as _resume, save_run as _save
 from zerolab.run import RunFailed as _RunFailed
 
 with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder:
     _saved_dir, _universal_dir = _os.path.join(_folder, "ck"), _os.path.join(_folder, "universal")
-    _saved = _save(_config(stage=2), _saved_dir, ranks=2, steps=2, model=_SMALL)[0]["final"]
-    _resume_config = prepare_resume(_saved_dir, _universal_dir, _config(stage=2))
+    _saved = _quietly(_save, _config(stage=2), _saved_dir, ranks=2, steps=2, model=_SMALL)[0]["final"]
+    _resume_config = _quietly(prepare_resume, _saved_dir, _universal_dir, _config(stage=2))
     assert isinstance(_resume_config, dict), \
         f"wrong type: prepare_resume(...) should return a ds_config dict, got {type(_resume_config).__name__}"
     assert _os.path.isfile(_os.path.join(_universal_dir, "latest_universal")), \
         "missing file: universal_dir has no latest_universal; convert the tag folder into universal_dir/<tag>"
     try:
-        _resumed = _resume(_resume_config, _universal_dir, ranks=3, steps=1, model=_SMALL)
+        _resumed = _quietly(_resume, _resume_config, _universal_dir, ranks=3, steps=1, model=_SMALL)
     except _RunFailed as _failure:
         raise AssertionError(f"the resume on 3 ranks failed: {_failure}") from None
 for _rank in _resumed:
