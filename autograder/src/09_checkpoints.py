@@ -487,17 +487,18 @@ if 2 in SAVED:
 # Write `prepare_resume(checkpoint_dir, universal_dir, config)`: convert the checkpoint that `latest` names in
 # `checkpoint_dir` into a universal checkpoint in `universal_dir` (run
 # `python -m deepspeed.checkpoint.ds_to_universal --input_folder ... --output_folder ...` with `sys.executable`,
-# one tag folder in, the same tag name out), and return the ds_config to resume with: a copy of `config` that
+# one tag folder in, the same tag name out, and `--num_extract_workers 1 --num_merge_workers 1`: the grader's
+# sandbox allows no process pool), and return the ds_config to resume with: a copy of `config` that
 # loads universal checkpoints. The test saves a 2-rank ZeRO-2 job, calls your function, resumes on **3 ranks**
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
 # step counters continue (about 20-30 s).
 
-# %% [markdown] lang="zh" en="1ab0efa910ee"
+# %% [markdown] lang="zh" en="49b35fd0b748"
 # 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。（保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}`，本课的运行都传了它；对更早的保存，`ds_to_universal --inject_missing_state` 会把它补上。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #
-# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 `sys.executable` 运行 `python -m deepspeed.checkpoint.ds_to_universal --input_folder ... --output_folder ...`，输入一个 tag 文件夹，输出用同一个 tag 名），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（约 20-30 秒）。
+# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 `sys.executable` 运行 `python -m deepspeed.checkpoint.ds_to_universal --input_folder ... --output_folder ...`，输入一个 tag 文件夹，输出用同一个 tag 名，并加上 `--num_extract_workers 1 --num_merge_workers 1`：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（约 20-30 秒）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_prepare_resume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def prepare_resume(checkpoint_dir, universal_dir, config):
@@ -511,7 +512,8 @@ def prepare_resume(checkpoint_dir, universal_dir, config):
         tag = handle.read().strip()
     subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
                     "--input_folder", os.path.join(checkpoint_dir, tag),
-                    "--output_folder", os.path.join(universal_dir, tag)], check=True, capture_output=True)
+                    "--output_folder", os.path.join(universal_dir, tag), "--num_extract_workers", "1",
+                    "--num_merge_workers", "1"], check=True, capture_output=True)
     config = copy.deepcopy(config)
     config["checkpoint"] = {"load_universal": True}
     return config
@@ -521,6 +523,7 @@ def prepare_resume(checkpoint_dir, universal_dir, config):
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_prepare_resume", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 import os as _os
 import tempfile as _tempfile
+from subprocess import CalledProcessError as _CalledProcessError
 
 from zerolab.checks_source import off_limits
 
@@ -532,7 +535,11 @@ from zerolab.run import RunFailed as _RunFailed
 with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder:
     _saved_dir, _universal_dir = _os.path.join(_folder, "ck"), _os.path.join(_folder, "universal")
     _saved = _quietly(_save, _config(stage=2), _saved_dir, ranks=2, steps=2, model=_SMALL)[0]["final"]
-    _resume_config = _quietly(prepare_resume, _saved_dir, _universal_dir, _config(stage=2))
+    try:
+        _resume_config = _quietly(prepare_resume, _saved_dir, _universal_dir, _config(stage=2))
+    except _CalledProcessError as _failure:
+        raise AssertionError(f"ds_to_universal failed (exit status {_failure.returncode}): check its arguments, "
+                             "and pass --num_extract_workers 1 --num_merge_workers 1") from None
     assert isinstance(_resume_config, dict), \
         f"wrong type: prepare_resume(...) should return a ds_config dict, got {type(_resume_config).__name__}"
     assert _os.path.isfile(_os.path.join(_universal_dir, "latest_universal")), \
