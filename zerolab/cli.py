@@ -11,7 +11,7 @@ import sys
 from zerolab.errors import UserError
 from zerolab.tools import env_with_interpreter_bin
 
-COMMANDS = ("estimate", "fit", "check", "explain", "diff", "run", "grade")
+COMMANDS = ("estimate", "fit", "check", "explain", "diff", "run", "grade", "ckpt")
 
 EPILOG = """examples:
   zerolab estimate --params 13B --gpus-per-node 8            every stage and offload, as a table
@@ -21,6 +21,7 @@ EPILOG = """examples:
   zerolab explain ds_config.json --params 7B --gpus-per-node 8
   zerolab diff a.json b.json --params 7B --gpus-per-node 8
   zerolab run --stage 2 --ranks 2 --steps 5                  train a tiny GPT for real on 2 CPU ranks
+  zerolab ckpt inspect checkpoints/                          what a DeepSpeed checkpoint folder holds, per rank
   zerolab grade 04_writing_the_config                        grade every submission (instructors)
   zerolab grade 04_writing_the_config --shard 1/4           one shard of the class; then `zerolab grade merge`
 

@@ -56,6 +56,12 @@ LESSONS = (
            title_zh="从零实现 ZeRO",
            goal_zh="用 torch.distributed 写出 ZeRO-1、ZeRO-2（从钩子里规约梯度）和 ZeRO-3（按层 gather 参数），用 bf16 计算、"
                    "fp32 主权重分片，在真实 rank 上按数值、内存和通信量评分，并与 DeepSpeed 和 FSDP2 并排对比"),
+    Lesson("09_checkpoints", "Checkpoints",
+           "say what each rank saves at each ZeRO stage, consolidate a ZeRO checkpoint, resume on another number of "
+           "GPUs (universal checkpoints), inspect any checkpoint with zerolab ckpt", needs=("deepspeed",),
+           title_zh="Checkpoint",
+           goal_zh="说出每个 ZeRO 阶段下每个 rank 保存了什么，合并 ZeRO checkpoint，在另一个 GPU 数量上恢复训练"
+                   "（universal checkpoint），用 zerolab ckpt 检查任何 checkpoint"),
 )
 
 

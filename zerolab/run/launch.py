@@ -36,8 +36,8 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def launch(job, ranks, timeout=600, on_event=None, on_tick=None):
-    """Run ``job`` (config, model, steps, device) on ``ranks`` processes; return each rank's measurement."""
+def launch(job, ranks, timeout=600, on_event=None, on_tick=None, worker="zerolab.run.worker"):
+    """Run ``job`` (config, model, steps, device) on ``ranks`` processes of ``worker``; return each rank's result."""
     for lock in clear_stale_locks():
         print(f"zerolab: removed a stale DeepSpeed op build lock left by a killed build: {lock}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="zerolab-run-") as result_dir:
@@ -48,7 +48,7 @@ def launch(job, ranks, timeout=600, on_event=None, on_tick=None):
         deadline = time.monotonic() + timeout
         for attempt in range(PORT_ATTEMPTS):
             try:
-                _run_ranks(job_path, job["device"], result_dir, ranks, deadline, timeout, on_event, on_tick)
+                _run_ranks(job_path, job["device"], result_dir, ranks, deadline, timeout, on_event, on_tick, worker)
                 break
             except RunFailed as failure:
                 port_taken = any(marker.lower() in failure.log_tail.lower() for marker in PORT_IN_USE)
@@ -60,7 +60,7 @@ def launch(job, ranks, timeout=600, on_event=None, on_tick=None):
         return [_read(os.path.join(result_dir, f"rank{rank}.json")) for rank in range(ranks)]
 
 
-def _run_ranks(job_path, device, result_dir, ranks, deadline, timeout, on_event, on_tick):
+def _run_ranks(job_path, device, result_dir, ranks, deadline, timeout, on_event, on_tick, worker):
     port = free_port()
     lines = queue.Queue()
     tails = [collections.deque(maxlen=60) for _ in range(ranks)]
@@ -71,7 +71,7 @@ def _run_ranks(job_path, device, result_dir, ranks, deadline, timeout, on_event,
                        LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
                        PYTHONUNBUFFERED="1")
             env["DS_ACCELERATOR"] = device  # DeepSpeed's accelerator names match ours: cpu, cuda
-            process = subprocess.Popen([sys.executable, "-m", "zerolab.run.worker", job_path], env=env,
+            process = subprocess.Popen([sys.executable, "-m", worker, job_path], env=env,
                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, errors="replace", start_new_session=True)
             processes.append(process)

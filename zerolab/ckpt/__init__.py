@@ -1,0 +1,2 @@
+"""DeepSpeed checkpoints without DeepSpeed's engine: what a folder holds (inspect), one state dict from it
+(consolidate, a front to DeepSpeed's zero_to_fp32), and real save / resume jobs on CPU ranks (runs)."""
