@@ -33,9 +33,26 @@ OPTIONS = {
             ("hf_activations", "the calculator counted activations as Megatron's GPT layer keeps them; Hugging Face's "
                                "Llama code keeps more (an fp32 copy in each RMSNorm, attention's output twice) and "
                                "starts backward with the loss's fp32 gradients over the whole vocabulary")),
+    "Q20": (("shards", "per rank: a model-states file whose weights are empty placeholders, and an optimizer-states "
+                       "file with that rank's fp32 master weights and Adam moments; plus `latest` and the "
+                       "`zero_to_fp32.py` script"),
+            ("whole_fp32", "one file with the whole model in fp32, ready for `torch.load`"),
+            ("whole_per_rank", "on every rank, the whole bf16 model and all its Adam states"),
+            ("weights_only", "per rank, that rank's bf16 shard of the weights; the optimizer states are not saved")),
+    "Q21": (("just_load", "nothing: `load_checkpoint` re-partitions the optimizer states for any number of ranks"),
+            ("universal", "convert it with `python -m deepspeed.checkpoint.ds_to_universal`, then resume with "
+                          "`\"checkpoint\": {\"load_universal\": true}`"),
+            ("fp32_restart", "consolidate it with `zero_to_fp32` and resume from the fp32 weights: the Adam states "
+                             "come back with them"),
+            ("cannot", "nothing can: a ZeRO checkpoint resumes only on the number of ranks that saved it")),
+    "Q22": (("async", "the save is asynchronous, and the file is written only after the job ends"),
+            ("fp32_on_cpu", "ZeRO-3 keeps the weights only in fp32 on the CPU, where the save does not look"),
+            ("placeholders", "each rank holds only its shard, so the module's parameters are empty placeholders unless "
+                             "`stage3_gather_16bit_weights_on_model_save` gathers them, and it is off by default"),
+            ("bug", "a DeepSpeed bug: upgrading fixes it")),
 }
 RIGHT = {"Q02": "master_and_moments", "Q10": "stage_dependent", "Q13": "page_locked", "Q17": "between_2_and_4",
-         "Q19": "hf_activations"}
+         "Q19": "hf_activations", "Q20": "shards", "Q21": "universal", "Q22": "placeholders"}
 
 
 def letter(question, option):

@@ -1389,6 +1389,226 @@ if revealed("Q19"):
                  f" of {units.format_bytes(row.budget.gpu_bytes)} per 48 GB GPU"))
 
 # %% [markdown]
+# ## Q20: what a ZeRO-3 checkpoint holds (1 point)
+#
+# A ZeRO-3 job on 2 GPUs calls `engine.save_checkpoint(dir)` with DeepSpeed's defaults. What does the tag's
+# folder hold?
+#
+# - A: per rank: a model-states file whose weights are empty placeholders, and an optimizer-states file with that
+#   rank's fp32 master weights and Adam moments; plus `latest` and the `zero_to_fp32.py` script
+# - B: one file with the whole model in fp32, ready for `torch.load`
+# - C: on every rank, the whole bf16 model and all its Adam states
+# - D: per rank, that rank's bf16 shard of the weights; the optimizer states are not saved
+#
+# Set `Q20` to a letter.
+
+# %% [markdown] lang="zh" en="0a1e4ec28327"
+# ## Q20：ZeRO-3 检查点里有什么（1 分）
+#
+# 一个在 2 张 GPU 上运行的 ZeRO-3 作业用 DeepSpeed 的默认设置调用 `engine.save_checkpoint(dir)`。
+# 这个 tag 的文件夹里有什么？
+#
+# - A：每个 rank：一个模型状态文件，其中的权重是空的占位张量；一个优化器状态文件，保存该 rank 的 fp32 主权重和 Adam 动量；另外还有 `latest` 和 `zero_to_fp32.py` 脚本
+# - B：一个文件，保存整个 fp32 模型，可以直接 `torch.load`
+# - C：每个 rank 都保存整个 bf16 模型及其全部 Adam 状态
+# - D：每个 rank 保存自己那一份 bf16 权重分片；优化器状态不保存
+#
+# 把 `Q20` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex20_zero3_checkpoint", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q20 = "A"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex20_zero3_checkpoint", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import choice
+
+_letter = choice(Q20, "ABCD", "Q20")
+assert _letter != drill.letter("Q20", "whole_fp32"), \
+    "Q20 is not right: that one fp32 file is what zero_to_fp32 makes from the checkpoint afterwards"
+assert _letter != drill.letter("Q20", "weights_only"), \
+    "Q20 is not right: a checkpoint must resume training, so the optimizer states are in it"
+assert drill.is_right("Q20", _letter), "Q20 is not right: which rank holds what at stage 3, and what does resuming need?"
+### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q20", ["zerolab.drill"], exercise="Q20",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab import drill
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q20, "Q20"), "ABCD", "Q20") == drill.key("Q20"), "Q20 is not right"
+### END HIDDEN TESTS
+passed("Q20")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** A. Each rank writes what it holds: its partition of the fp32 master weights and of Adam's
+# moments in its own optimizer file (12 bytes per parameter, divided by the ranks), and a model-states file whose
+# parameters are the empty placeholders ZeRO-3 leaves in the module. `latest` names the tag, and DeepSpeed copies
+# `zero_to_fp32.py` next to it, which rebuilds the whole fp32 model from the optimizer files. Lesson 09 lists the
+# real files and their bytes.
+#
+# </details>
+
+# %% [markdown] lang="zh" en="7d02e1c2b0c3"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** A。每个 rank 写下自己持有的内容：它那一份 fp32 主权重和 Adam 动量放在自己的优化器文件里（每个参数 12 字节，再除以 rank 数）；
+# 模型状态文件里的参数则是 ZeRO-3 留在模块里的空占位张量。`latest` 记下 tag，DeepSpeed 还会把 `zero_to_fp32.py` 复制到旁边，
+# 它能从优化器文件重建整个 fp32 模型。第 09 课会列出真实的文件和字节数。
+#
+# </details>
+
+# %% [markdown]
+# ## Q21: resuming on another number of GPUs (1 point)
+#
+# A ZeRO-2 job saved its checkpoint on 2 GPUs; the next allocation has 3. How do you resume with the optimizer
+# states intact?
+#
+# - A: nothing: `load_checkpoint` re-partitions the optimizer states for any number of ranks
+# - B: convert it with `python -m deepspeed.checkpoint.ds_to_universal`, then resume with `"checkpoint":
+#   {"load_universal": true}`
+# - C: consolidate it with `zero_to_fp32` and resume from the fp32 weights: the Adam states come back with them
+# - D: nothing can: a ZeRO checkpoint resumes only on the number of ranks that saved it
+#
+# Set `Q21` to a letter.
+
+# %% [markdown] lang="zh" en="187b1a9ee574"
+# ## Q21：换一个 GPU 数量恢复训练（1 分）
+#
+# 一个 ZeRO-2 作业在 2 张 GPU 上保存了检查点；下一次分到的是 3 张。怎样恢复训练并保留优化器状态？
+#
+# - A：什么都不用做：`load_checkpoint` 会按任意 rank 数重新切分优化器状态
+# - B：用 `python -m deepspeed.checkpoint.ds_to_universal` 转换，然后用 `"checkpoint": {"load_universal": true}` 恢复
+# - C：用 `zero_to_fp32` 合并，再从 fp32 权重恢复：Adam 状态也会一起回来
+# - D：没有办法：ZeRO 检查点只能在保存它时的 rank 数上恢复
+#
+# 把 `Q21` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex21_resume_elsewhere", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q21 = "B"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex21_resume_elsewhere", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import choice
+
+_letter = choice(Q21, "ABCD", "Q21")
+assert _letter != drill.letter("Q21", "just_load"), \
+    "Q21 is not right: DeepSpeed refuses a ZeRO checkpoint saved by another number of ranks (lesson 09 shows its message)"
+assert _letter != drill.letter("Q21", "fp32_restart"), \
+    "Q21 is not right: zero_to_fp32 keeps the weights only; Adam's moments and step are lost"
+assert drill.is_right("Q21", _letter), "Q21 is not right: which conversion makes a checkpoint independent of the number of ranks?"
+### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q21", ["zerolab.drill"], exercise="Q21",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab import drill
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q21, "Q21"), "ABCD", "Q21") == drill.key("Q21"), "Q21 is not right"
+### END HIDDEN TESTS
+passed("Q21")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** B. A ZeRO checkpoint stores each rank's flat partition, cut for the number of ranks that saved it,
+# and DeepSpeed refuses to load it on another. `ds_to_universal` rewrites it as one file per parameter (its fp32
+# weights and each Adam moment); with `load_universal` every rank takes its own slice for the new number of
+# ranks, and training continues with its optimizer state. Lesson 09 resumes a 2-rank checkpoint on 3 ranks this way.
+#
+# </details>
+
+# %% [markdown] lang="zh" en="1d63560cdb49"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** B。ZeRO 检查点保存的是每个 rank 的扁平分片，按保存时的 rank 数切分，DeepSpeed 拒绝在别的 rank 数上加载它。
+# `ds_to_universal` 把它改写成每个参数一个文件（fp32 权重和每个 Adam 动量）；打开 `load_universal` 后，每个 rank 按新的 rank 数取自己那一份，
+# 训练带着优化器状态继续。第 09 课就是这样把 2 个 rank 的检查点在 3 个 rank 上恢复的。
+#
+# </details>
+
+# %% [markdown]
+# ## Q22: an empty ZeRO-3 save (1 point)
+#
+# After ZeRO-3 training, `torch.save(model.state_dict(), 'model.pt')` on rank 0 writes a file of a few kilobytes,
+# and loading it into a fresh model fails with size mismatches. Why?
+#
+# - A: the save is asynchronous, and the file is written only after the job ends
+# - B: ZeRO-3 keeps the weights only in fp32 on the CPU, where the save does not look
+# - C: each rank holds only its shard, so the module's parameters are empty placeholders unless
+#   `stage3_gather_16bit_weights_on_model_save` gathers them, and it is off by default
+# - D: a DeepSpeed bug: upgrading fixes it
+#
+# Set `Q22` to a letter.
+
+# %% [markdown] lang="zh" en="444bd1f27cf0"
+# ## Q22：空的 ZeRO-3 保存（1 分）
+#
+# ZeRO-3 训练结束后，在 rank 0 上执行 `torch.save(model.state_dict(), 'model.pt')`，写出的文件只有几 KB，
+# 把它加载进一个新模型时报出尺寸不匹配。为什么？
+#
+# - A：保存是异步的，文件要等作业结束后才写入
+# - B：ZeRO-3 只在 CPU 上以 fp32 保存权重，而保存时不会去那里找
+# - C：每个 rank 只持有自己的分片，所以模块的参数是空的占位张量，除非 `stage3_gather_16bit_weights_on_model_save` 把它们收集起来，而它默认是关闭的
+# - D：这是 DeepSpeed 的 bug：升级就能解决
+#
+# 把 `Q22` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex22_empty_save", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q22 = "C"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex22_empty_save", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.checks import choice
+
+_letter = choice(Q22, "ABCD", "Q22")
+assert _letter != drill.letter("Q22", "bug"), \
+    "Q22 is not right: this is how ZeRO-3 works in every version, not a bug"
+assert _letter != drill.letter("Q22", "async"), \
+    "Q22 is not right: torch.save writes the file before it returns"
+assert drill.is_right("Q22", _letter), "Q22 is not right: what does each rank hold of a parameter at stage 3, outside forward and backward?"
+### BEGIN HIDDEN TESTS
+from zerolab.checks_source import off_limits as _off_limits
+
+_off_limits("Q22", ["zerolab.drill"], exercise="Q22",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.config.defaults import default_of as _default_of
+
+assert _default_of("zero_optimization.stage3_gather_16bit_weights_on_model_save") is False, \
+    "DeepSpeed's default for stage3_gather_16bit_weights_on_model_save is no longer off"
+from zerolab import drill
+from zerolab.checks import choice, plain
+
+assert choice(plain(Q22, "Q22"), "ABCD", "Q22") == drill.key("Q22"), "Q22 is not right"
+### END HIDDEN TESTS
+passed("Q22")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** C. Outside forward and backward a ZeRO-3 rank keeps only its shard; the module's parameters are
+# empty placeholders, and `state_dict()` saves those. Set `stage3_gather_16bit_weights_on_model_save` to true and
+# save with `engine.save_16bit_model(dir)`, which gathers the whole 16-bit model on rank 0, or consolidate a
+# checkpoint with `zero_to_fp32` (`zerolab ckpt consolidate`). Lesson 09 shows the failure for real.
+#
+# </details>
+
+# %% [markdown] lang="zh" en="8ace60d8b16a"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** C。在前向和反向之外，ZeRO-3 的每个 rank 只保留自己的分片；模块里的参数是空的占位张量，`state_dict()` 保存的就是它们。
+# 把 `stage3_gather_16bit_weights_on_model_save` 设为 true，并用 `engine.save_16bit_model(dir)` 保存，它会在 rank 0 上收集完整的 16 位模型；
+# 或者用 `zero_to_fp32`（`zerolab ckpt consolidate`）合并检查点。第 09 课会真实地演示这个失败。
+#
+# </details>
+
+# %% [markdown]
 # ## Summary
 #
 # - 16 bytes per parameter: 2 fp16 parameters + 2 fp16 gradients + K = 12 (fp32 master weights, momentum, variance).
@@ -1404,8 +1624,11 @@ if revealed("Q19"):
 # - FSDP: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD ≈ DDP.
 # - Activations are not partitioned: each GPU keeps those of its own micro-batch. They grow with the sequence
 #   length, faster where attention keeps its s x s scores; full recomputation keeps only each layer's input.
+# - A ZeRO checkpoint is one optimizer file per rank, cut for that number of ranks: `zero_to_fp32` consolidates it,
+#   `ds_to_universal` + `load_universal` resume it on another number; a ZeRO-3 module saves empty placeholders
+#   unless its 16-bit weights are gathered on save.
 
-# %% [markdown] lang="zh" en="45dd511cb6c2"
+# %% [markdown] lang="zh" en="fe27875e2c8a"
 # ## 小结
 #
 # - 每个参数 16 字节：2 字节 fp16 参数 + 2 字节 fp16 梯度 + K = 12（fp32 主权重、动量、方差）。
@@ -1420,6 +1643,8 @@ if revealed("Q19"):
 # - FSDP：FULL_SHARD ≈ ZeRO-3，SHARD_GRAD_OP ≈ ZeRO-2，NO_SHARD ≈ DDP。
 # - 激活值不切分：每张 GPU 保留自己那个微批次的激活值。它们随序列长度增长，注意力保留 s x s 分数时增长得更快；
 #   完全重计算只保留每一层的输入。
+# - ZeRO 检查点是每个 rank 一个优化器文件，按保存时的 rank 数切分：`zero_to_fp32` 把它合并，
+#   `ds_to_universal` 加 `load_universal` 让它在别的 rank 数上恢复；ZeRO-3 的模块若保存时不收集 16 位权重，存下的只是空占位张量。
 
 # %% [markdown]
 # ## References
