@@ -32,7 +32,8 @@ tests/test_activations_measured.py. Where they keep something the paper does not
   - explicit attention keeps the boolean causal mask, s^2 bytes, once for all layers (``shared``), and so does
     torch.utils.checkpoint when the mask is an input of every checkpointed layer.
 """
-from dataclasses import dataclass
+from zerolab.activation_bytes import Activations
+from zerolab.activations_hf import hf_activation_memory
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("standard", "flash", "torch_mha")
@@ -40,36 +41,6 @@ ACCOUNTINGS = ("paper", "real_block")
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 IMPLEMENTATIONS = ("megatron", "hf")
 HF_ATTENTION = {"flash": "sdpa", "standard": "eager"}  # the megatron names of the same two kernels
-
-
-@dataclass(frozen=True)
-class Activations:
-    """Bytes one GPU keeps for backward, by term. Total = layers x layer + shared + outside + working."""
-
-    layers: int
-    layer: dict  # one decoder layer
-    shared: dict  # kept once by the layers together (a causal mask they all use)
-    outside: dict  # embedding, final norm, output layer, loss
-    working: dict  # live only at the peak: one layer recomputing (megatron); the peak moment's transients (hf)
-    moment: str = ""  # hf: which moment of backward the peak is (see zerolab.activations_hf)
-
-    @property
-    def layer_bytes(self):
-        return sum(self.layer.values())
-
-    @property
-    def blocks_bytes(self):
-        """What the decoder layers keep: the figure a measurement of the blocks alone checks."""
-        return self.layers * self.layer_bytes + sum(self.shared.values())
-
-    @property
-    def total_bytes(self):
-        return self.blocks_bytes + sum(self.outside.values()) + sum(self.working.values())
-
-    def as_dict(self):
-        return {"layers": self.layers, "layer": dict(self.layer), "shared": dict(self.shared),
-                "outside": dict(self.outside), "working": dict(self.working), "moment": self.moment,
-                "layer_bytes": self.layer_bytes, "blocks_bytes": self.blocks_bytes, "total_bytes": self.total_bytes}
 
 
 def activation_memory(model, seq_len, micro_batch, precision="bf16", attention="flash", recompute="none",
@@ -81,7 +52,6 @@ def activation_memory(model, seq_len, micro_batch, precision="bf16", attention="
     attention is "sdpa" or "eager" ("flash" and "standard" name the same two) and recompute "none" or "full".
     """
     if implementation == "hf":
-        from zerolab.activations_hf import hf_activation_memory
         _check(seq_len, micro_batch, precision, "flash", "none", accounting)
         attention = HF_ATTENTION.get(attention, attention)
         return hf_activation_memory(model, seq_len, micro_batch, precision, attention, recompute)

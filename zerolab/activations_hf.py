@@ -28,7 +28,7 @@ The peak comes during backward, at the largest of these moments, each the kept t
       gradient, with the MLP's, the second norm's, the probabilities' and V's tensors freed).
   With full recomputation the last layer's moment adds that layer's recomputed tensors (one layer's kept set).
 """
-from zerolab.activations import Activations
+from zerolab.activation_bytes import Activations
 
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 ATTENTION = ("sdpa", "eager")
