@@ -76,6 +76,13 @@ def chromium(profile):
             context.close()
 
 
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A test module's Chromium: import this fixture into the module."""
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
+        yield context
+
+
 # The notebook in front; JupyterLab may keep other notebooks' tabs (hidden) in the page.
 FRONT = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 # Its tab is the lesson's, and its kernel is connected and idle. Run All before that silently skips every cell: while

@@ -18,7 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser_session import (ARTIFACTS, FRONT, KERNEL_IDLE, NEEDS_CHROMIUM, chromium, jupyter_lab,
+from tests.browser_session import (browser,  # noqa: F401 (a fixture)
+                                   ARTIFACTS, FRONT, KERNEL_IDLE, NEEDS_CHROMIUM, jupyter_lab,
                                    keep_state, open_notebook, run_all, save, shut_down_kernels)
 from zerolab import course
 from zerolab.i18n import translate
@@ -43,12 +44,6 @@ def lab(tmp_path_factory):
     nbformat.write(build.source_notebook(LESSONS[0], "zh"), str(root / "zh" / f"{LESSONS[0]}.ipynb"))
     with jupyter_lab(root) as url:
         yield url, root
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
-        yield context
 
 
 VIEWS_PER_CELL = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell')]

@@ -18,7 +18,8 @@ import shutil
 import nbformat
 import pytest
 
-from tests.browser_session import (ARTIFACTS, FRONT, NEEDS_CHROMIUM, ROOT, chromium, jupyter_lab, open_notebook,
+from tests.browser_session import (browser,  # noqa: F401 (a fixture)
+                                   ARTIFACTS, FRONT, NEEDS_CHROMIUM, ROOT, jupyter_lab, open_notebook,
                                    run_all, save, shut_down_kernels)
 from tests.test_no_answers_in_sight import answers_in_sight, errors_outside_exercises, expected_answers, graded
 from zerolab import course
@@ -39,12 +40,6 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("first-hour")
     with jupyter_lab(root) as url:
         yield url, root
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    with chromium(tmp_path_factory.mktemp("chromium-profile")) as context:
-        yield context
 
 
 def progress_while_running(language):

@@ -1,4 +1,5 @@
-"""docs/fit_ledger.md is current: written by this simulation, its formula columns what the engine computes now."""
+"""docs/fit_ledger.md (and fit_ledger_runs.md) are current: written by this simulation, their predicted columns what
+the engine computes now."""
 import importlib.util
 import re
 from pathlib import Path
@@ -9,12 +10,16 @@ ROOT = Path(__file__).resolve().parent.parent
 REGENERATE = "regenerate it: `nice python scripts/fit_ledger.py` (or --formula-only when only a formula changed)"
 
 
-@pytest.fixture(scope="module")
-def ledger_script():
-    spec = importlib.util.spec_from_file_location("fit_ledger", ROOT / "scripts" / "fit_ledger.py")
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def ledger_script():
+    return load_script("fit_ledger")
 
 
 def test_the_ledger_was_simulated_by_this_simulation(ledger_script):
@@ -51,10 +56,7 @@ def test_the_lessons_record_holds_the_ledgers_rows(ledger_script):
 
 @pytest.fixture(scope="module")
 def runs_script():
-    spec = importlib.util.spec_from_file_location("fit_ledger_runs", ROOT / "scripts" / "fit_ledger_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fit_ledger_runs")
 
 
 def test_the_real_run_ledger_predictions_are_current(runs_script):
