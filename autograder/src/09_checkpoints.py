@@ -440,14 +440,14 @@ passed("exercise 4")
 # 真实地运行你的配置：2 个 rank 上的 ZeRO-3，调用 `save_16bit_model`，然后用普通 PyTorch 以 `strict=True` 把文件加载进一个新模型。
 
 # %%
-_config = learner_value(zero3_save_config, checkpoint_config(stage=2))
+_learner_config = learner_value(zero3_save_config, checkpoint_config(stage=2))
 if not RUN:
     print(tr("Real runs are skipped while grading."))
-elif _config is None:
+elif _learner_config is None:
     answer_first("exercise 4")
 elif revealed("exercise 4"):
     _folder = os.path.join(WORK, "stage3_16bit")
-    _ranks = save_run(_config, _folder, ranks=RANKS, steps=2, model=SPEC, save_16bit="model.bin")
+    _ranks = save_run(_learner_config, _folder, ranks=RANKS, steps=2, model=SPEC, save_16bit="model.bin")
     _model = TinyGPT(SPEC)
     _model.load_state_dict(torch.load(os.path.join(_folder, "model.bin"), map_location="cpu"), strict=True)
     _same = all(p.float().flatten().tolist() == _ranks[0]["final"]["params"][name]
@@ -485,35 +485,36 @@ if 2 in SAVED:
 # ### Exercise 5: resume on 3 ranks (4 points)
 #
 # Write `prepare_resume(checkpoint_dir, universal_dir, config)`: convert the checkpoint that `latest` names in
-# `checkpoint_dir` into a universal checkpoint in `universal_dir` (run
-# `python -m deepspeed.checkpoint.ds_to_universal --input_folder ... --output_folder ...` with `sys.executable`,
-# one tag folder in, the same tag name out, and `--num_extract_workers 1 --num_merge_workers 1`: the grader's
+# `checkpoint_dir` into a universal checkpoint in `universal_dir` (DeepSpeed's
+# `deepspeed.checkpoint.ds_to_universal`: call its `main` with its command-line arguments as an
+# `argparse.Namespace`, one tag folder in, the same tag name out, one extract and one merge worker: the grader's
 # sandbox allows no process pool), and return the ds_config to resume with: a copy of `config` that
 # loads universal checkpoints. The test saves a 2-rank ZeRO-2 job, calls your function, resumes on **3 ranks**
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
 # step counters continue (about 20-30 s).
 
-# %% [markdown] lang="zh" en="49b35fd0b748"
+# %% [markdown] lang="zh" en="c838677bc15d"
 # 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。（保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}`，本课的运行都传了它；对更早的保存，`ds_to_universal --inject_missing_state` 会把它补上。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #
-# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 `sys.executable` 运行 `python -m deepspeed.checkpoint.ds_to_universal --input_folder ... --output_folder ...`，输入一个 tag 文件夹，输出用同一个 tag 名，并加上 `--num_extract_workers 1 --num_merge_workers 1`：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（约 20-30 秒）。
+# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（约 20-30 秒）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_prepare_resume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def prepare_resume(checkpoint_dir, universal_dir, config):
     """Convert checkpoint_dir's latest tag into universal_dir; return the ds_config that resumes from it."""
     ### BEGIN SOLUTION
+    import argparse
     import copy
-    import subprocess
-    import sys
+
+    from deepspeed.checkpoint import ds_to_universal
 
     with open(os.path.join(checkpoint_dir, "latest")) as handle:
         tag = handle.read().strip()
-    subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
-                    "--input_folder", os.path.join(checkpoint_dir, tag),
-                    "--output_folder", os.path.join(universal_dir, tag), "--num_extract_workers", "1",
-                    "--num_merge_workers", "1"], check=True, capture_output=True)
+    # One worker each: the conversion runs in this process (more would start a process pool).
+    ds_to_universal.main(argparse.Namespace(
+        input_folder=os.path.join(checkpoint_dir, tag), output_folder=os.path.join(universal_dir, tag),
+        num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False, strict=True, inject_missing_state=False))
     config = copy.deepcopy(config)
     config["checkpoint"] = {"load_universal": True}
     return config
