@@ -12,28 +12,13 @@ import os
 import signal
 import sys
 
-from zerolab.run.worker import _write, emit, stop_when_orphaned
+from zerolab.run.worker import emit, serve
 
 UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
 
 
 def main(job_path):
-    import json
-    import traceback
-
-    stop_when_orphaned()
-    with open(job_path) as handle:
-        job = json.load(handle)
-    rank = int(os.environ["RANK"])
-    try:
-        result = run_job(job, rank)
-    except BaseException as error:
-        _write(job, f"rank{rank}.error.json", {"rank": rank, "type": type(error).__name__, "message": str(error),
-                                                 "traceback": traceback.format_exc()})
-        emit(event="error", rank=rank, type=type(error).__name__, message=str(error))
-        raise
-    _write(job, f"rank{rank}.json", result)
-    emit(event="done", rank=rank)
+    serve(job_path, run_job)
 
 
 def run_job(job, rank):

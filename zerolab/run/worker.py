@@ -35,12 +35,17 @@ def stop_when_orphaned(interval=1.0):
 
 
 def main(job_path):
+    serve(job_path, train)
+
+
+def serve(job_path, work):
+    """One rank's life: read the job, run ``work(job, rank)``, and write its result, or its error, for the launcher."""
     stop_when_orphaned()
     with open(job_path) as handle:
         job = json.load(handle)
     rank = int(os.environ["RANK"])
     try:
-        result = train(job, rank)
+        result = work(job, rank)
     except BaseException as error:  # reported to the launcher, which stops every rank
         _write(job, f"rank{rank}.error.json", {"rank": rank, "type": type(error).__name__, "message": str(error),
                                                  "traceback": traceback.format_exc()})
