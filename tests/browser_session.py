@@ -149,7 +149,12 @@ def run_all(page, name, while_running=None):
     try:
         if while_running:
             while_running(page)
-        page.wait_for_function(RUN_FINISHED, timeout=RUN_TIMEOUT_MS)
+        deadline = time.monotonic() + RUN_TIMEOUT_MS / 1000
+        while True:  # finished, and still so 3 s later with the kernel idle: not a pause between two queued cells
+            page.wait_for_function(RUN_FINISHED, timeout=max(1, deadline - time.monotonic()) * 1000)
+            page.wait_for_timeout(3_000)
+            if page.evaluate(RUN_FINISHED) and page.evaluate(KERNEL_IDLE):
+                break
     except Exception:
         keep_state(page, f"failed-{name}-run-all")
         raise
