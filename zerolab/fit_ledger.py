@@ -5,13 +5,13 @@ import json
 import statistics
 from pathlib import Path
 
-from zerolab.activations import activation_memory
+from zerolab.activations import HF_ATTENTION, activation_memory
 from zerolab.hf_models import HF_CONFIGS
 from zerolab.models import from_hf_config
 
 RECORD = Path(__file__).resolve().parent / "data" / "fit_ledger.json"
 IMPLEMENTATIONS = ("hf", "megatron")
-MEGATRON_ATTENTION = {"sdpa": "flash", "eager": "standard"}  # the same two kernels under Megatron's names
+MEGATRON_ATTENTION = {hf: megatron for megatron, hf in HF_ATTENTION.items()}  # the same two kernels
 
 
 def rows():

@@ -153,14 +153,14 @@ def run(args):
 
 def simulated(result, source):
     """Row 1's activation peak simulated on the real Hugging Face model, next to the formulas."""
-    from zerolab.activations import activation_memory
+    from zerolab.activations import HF_ATTENTION, activation_memory
     from zerolab.simulate import simulate
 
     if not result.rows:
         raise UserError("--simulate compares row 1, and nothing fits")
     row = result.rows[0]
     recompute = "full" if row.recompute == "full" else "none"
-    attention = "sdpa" if result.attention == "flash" else "eager"
+    attention = HF_ATTENTION[result.attention]
     sim = simulate(source, result.seq_len, row.micro_batch, attention, recompute, result.precision)
     where = "from the cache" if sim.cached else f"in {sim.seconds:.0f} s"
     lines = [f"Simulated (FakeTensorMode, {where}): row 1's step, micro-batch {row.micro_batch}, {attention}, "
