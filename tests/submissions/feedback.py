@@ -441,12 +441,13 @@ L07 = {
                                       ['"{}"', '"{l}"', '" {} "']),
     "ex20_zero3_checkpoint": _mc("Q20", [("whole_fp32", "zero_to_fp32 makes"), ("weights_only", "optimizer states are in it"),
                                          ("whole_per_rank", "not right")],
-                                 [('"E"', "should be one of"), ("1", "wrong type")], ['"{}"', '"{l}"']),
+                                 [('"E"', "should be one of"), ("1", "wrong type")], ['"{}"', '"{l}"', '" {} "']),
     "ex21_resume_elsewhere": _mc("Q21", [("just_load", "refuses"), ("fp32_restart", "moments and step are lost"),
                                          ("cannot", "not right")],
-                                [('"B."', "should be one of"), ('drill.key("Q21")', "off limits")], ['"{}"', '" {l}"']),
+                                [('"B."', "should be one of"), ('drill.key("Q21")', "off limits")],
+                                ['"{}"', '" {l}"', '"{}\\n"']),
     "ex22_empty_save": _mc("Q22", [("bug", "not a bug"), ("async", "before it returns"), ("fp32_on_cpu", "not right")],
-                           [("None", "wrong type")], ['"{}"', '"{l} "']),
+                           [("None", "wrong type"), ('"F"', "should be one of")], ['"{}"', '"{l} "', '" {}"']),
 }
 
 VARIANTS["07_interview_drill"] = L07
