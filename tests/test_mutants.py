@@ -36,7 +36,8 @@ EXPECTED = [
     ("boolean", "ok = a and b", {"ok = a or b"}),
     ("boolean", "ok = a or b", {"ok = a and b"}),
     ("boolean", "ok = not a", {"ok = a"}),
-    ("boolean", "ok = not (a or b) and c", {"ok = (a or b) and c", "ok = not (a or b) or c", "ok = not (a and b) and c"}),
+    ("boolean", "ok = not (a or b) and c",
+     {"ok = (a or b) and c", "ok = not (a or b) or c", "ok = not (a and b) and c"}),
     ("constant", "x = 16", {"x = 17", "x = 15", "x = 32", "x = 8"}),
     ("constant", "x = 7", {"x = 8", "x = 6", "x = 14", "x = 3"}),  # an int stays an int: 7 // 2
     ("constant", "x = 0.5", {"x = 1.5", "x = (-0.5)", "x = 1.0", "x = 0.25"}),
@@ -182,8 +183,8 @@ def test_only_the_given_lines_are_touched():
 def test_only_the_solution_regions_of_a_marked_cell_are_mutated():
     """The docstring line and the def are the lesson's: a submission cannot change them."""
     assert {m.line for m in mutants(CELL)} <= set(range(4, 8))
-    two_regions = CELL + "\n\ndef given():\n    return 1 + 1\n\n\ndef second(a):\n    ### BEGIN SOLUTION\n    return a - 1\n" \
-        "    ### END SOLUTION\n"
+    two_regions = CELL + "\n\ndef given():\n    return 1 + 1\n\n\ndef second(a):\n" \
+        "    ### BEGIN SOLUTION\n    return a - 1\n    ### END SOLUTION\n"
     second = two_regions.split("\n").index("    return a - 1") + 1
     assert solution_lines(two_regions) == (4, second)
     lines = {m.line for m in mutants(two_regions, solution_lines(two_regions))}

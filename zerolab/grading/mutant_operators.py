@@ -25,7 +25,7 @@ def arithmetic(cell, node):
         start, end, token = cell.token_after(node.left if isinstance(node, ast.BinOp) else node.target)
         suffix = "=" if isinstance(node, ast.AugAssign) else ""
         for new in ARITHMETIC.get(token.removesuffix(suffix), []):
-            if not (_neutral(node.right if isinstance(node, ast.BinOp) else node.value, node.op) and new in "+-*/"):
+            if not (_neutral(node.right if isinstance(node, ast.BinOp) else node.value, node.op) and new != "//"):
                 yield _one(start, end, new + suffix)
 
 

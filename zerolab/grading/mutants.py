@@ -56,7 +56,8 @@ def mutants(source: str, lines: tuple[int, int] | None = None) -> list[Mutant]:
     """All mutants of a notebook cell's source whose change starts inside lines (first, last; 1-based, inclusive;
     None = the whole cell). Deterministic order (by line, then column, then operator); no two with the same source;
     none equal to the original; every one compiles. In a cell with nbgrader markers only the solution regions are
-    mutated: the rest is the lesson's code, which a submission cannot change."""
+    mutated: the rest is the lesson's code, which a submission cannot change. A cell that is not Python (an IPython
+    magic) raises SyntaxError."""
     cell = _Cell(source)
     regions = solution_regions(source) or [(1, len(cell.lines))]
     found = []
