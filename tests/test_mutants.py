@@ -79,6 +79,7 @@ EXPECTED = [
     ("swap_arguments", "y = f(a)", set()),
     ("swap_arguments", "y = f(a, a)", set()),
     ("swap_arguments", "y = f(a, k=b)", set()),
+    ("swap_arguments", "y = min(a, b) + max(a, b)", set()),
     ("return_none", "def f(a):\n    return a + 1", {"return None"}),
     ("return_none", "def f(a):\n    return None", set()),
     ("return_none", "def f(a):\n    return", set()),
