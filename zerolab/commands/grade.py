@@ -23,7 +23,8 @@ DESCRIPTION = """Grade every student's submission of LESSON with nbgrader, in a 
   zerolab grade LESSON --shard K/N [--out DIR]       grade shard K of N of the students into DIR only
   zerolab grade merge LESSON DIR... [--course C]     fold shard folders into the course's gradebook
   zerolab grade export LESSON --format canvas|csv    the gradebook's scores for an LMS
-(`zerolab grade merge --help`, `zerolab grade export --help` say more.)
+  zerolab grade validate LESSON|--all                how good the hidden tests are: mutants killed, flakes
+(`zerolab grade merge --help`, `zerolab grade export --help`, `zerolab grade validate --help` say more.)
 
 Each submission in DIR/submitted/<student>/LESSON/ is first repaired in a staged copy (copy-pasted graded
 cells, edited cell flags, a renamed notebook, deleted test cells), then graded by nbgrader autograde; the
@@ -43,7 +44,7 @@ DIR/grades.csv gets one row per student: student, lesson, score, max_score, stat
 folder (default COURSE/shards/LESSON-K-of-N): a copy of the gradebook, autograded/, feedback/, grades.csv.
 Shards may run at once, on one machine or many (a Kubernetes Indexed Job, a Slurm array: see deploy/).
 """
-ACTIONS = ("merge", "export")  # words that are never a lesson's name
+ACTIONS = ("merge", "export", "validate")  # words that are never a lesson's name
 
 
 def add_arguments(parser):
@@ -76,9 +77,9 @@ def add_arguments(parser):
 
 
 def _action_parser(parser, name):
-    from zerolab.grading import export, merge
+    from zerolab.grading import export, merge, validate
 
-    module = {"merge": merge, "export": export}[name]
+    module = {"merge": merge, "export": export, "validate": validate}[name]
     action = type(parser)(prog=f"{parser.prog} {name}", description=module.DESCRIPTION,
                           formatter_class=parser.formatter_class)
     module.add_arguments(action)

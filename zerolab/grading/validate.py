@@ -1,0 +1,230 @@
+"""zerolab grade validate: how good each exercise's tests are, measured. Mutants of the reference solution, the
+hand-written wrong and right answers, the blank release and repeated runs of the solution go through the
+exercise's tests (visible and hidden), and the report says what got through."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+
+from zerolab.errors import UserError
+
+DESCRIPTION = """Validate the hidden tests of LESSON (or of every lesson with --all): for each graded exercise,
+run against its tests (visible and hidden)
+  - mutants of the reference solution: operators swapped, constants changed (+-1, x2, /2, 2**30 vs 10**9),
+    a statement or a term dropped, arguments swapped, a return replaced by None, a collective swapped;
+  - the wrong and right answers written by hand in tests/submissions/feedback.py;
+  - the blank release (must fail) and the reference solution --runs times (must always pass: else a flake).
+A mutant the tests pass is a SURVIVOR: a wrong solution that would get full marks. Either a hidden test should
+catch it, or it is equivalent (it computes the same thing) and an instructor lists it, with the reason, in
+autograder/src/LESSON.equivalent.toml:
+
+  [[equivalent]]
+  exercise = "ex2_per_gpu_bytes"
+  mutant = "line 4: return a * b  ->  return b * a"     # the diff exactly as the report prints it
+  reason = "multiplication commutes"
+
+The bar, per exercise: at least 90% of the non-equivalent mutants killed, every hand-written wrong answer
+failed and every right one passed, the blank release failed, no flake. Reports go to autograder/validation/
+LESSON.md and LESSON.json; the exit status is 1 when an exercise is below the bar.
+
+Each variant runs in a fork of one process that ran the lesson's cells once (no kernel start, no nbgrader
+pipeline), and is scored by nbgrader's own rule (an error or any stderr output in the test cell: no points).
+"""
+
+
+def add_arguments(parser):
+    parser.add_argument("lesson", nargs="?", help="the lesson to validate, e.g. 04_writing_the_config")
+    parser.add_argument("--all", action="store_true", help="validate every lesson of the course")
+    parser.add_argument("--course", default="autograder", help="the nbgrader course folder (default: autograder)")
+    parser.add_argument("--exercise", action="append", metavar="GRADE_ID", help="only this exercise (repeatable)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of the reference solution, for flakes (default 5)")
+    parser.add_argument("--max-mutants", type=int, metavar="N",
+                        help="at most N mutants per exercise, spread evenly over the list (a sample; default all)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="variants run at a time (default: the number of cores)")
+    parser.add_argument("--out", metavar="DIR", help="where the reports go (default COURSE/validation)")
+
+
+def run(args):
+    from zerolab.grading import validate_report
+
+    course = Path(args.course).resolve()
+    lessons = _lessons(course, args)
+    out = Path(args.out) if args.out else course / "validation"
+    out.mkdir(parents=True, exist_ok=True)
+    below = []
+    for lesson in lessons:
+        started = time.perf_counter()
+        result = validate_lesson(course, lesson, only=args.exercise, runs=args.runs, max_mutants=args.max_mutants,
+                                 jobs=args.jobs)
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        if args.max_mutants:
+            result["sample"] = args.max_mutants
+        paths = validate_report.write(result, out)
+        below += [f"{lesson} {name}" for name in validate_report.below_bar(result)]
+        print(f"{lesson}: {validate_report.summary_line(result)}  ->  {paths[0]}")
+    if below:
+        print("below the bar: " + ", ".join(below), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _lessons(course, args):
+    names = sorted(p.name for p in (course / "source").iterdir() if (p / f"{p.name}.ipynb").exists())
+    if args.all:
+        return names
+    if not args.lesson:
+        raise UserError("name a lesson (e.g. `zerolab grade validate 04_writing_the_config`) or pass --all")
+    if args.lesson not in names:
+        raise UserError(f"no lesson {args.lesson!r} in {course / 'source'}; the lessons are: {', '.join(names)}")
+    return [args.lesson]
+
+
+def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1):
+    """Every variant of every chosen exercise through its tests; the result the report is written from."""
+    from zerolab.grading import variants as variant_lib
+
+    source_nb = nbformat.read(str(course / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
+    allowlist = variant_lib.equivalents(course / "src" / f"{lesson}.equivalent.toml")
+    written = variant_lib.handwritten(course.parent, lesson)
+    chosen = [e for e in variant_lib.exercises(source_nb) if not only or e[0] in only]
+    if only and len(chosen) != len(set(only)):
+        known = ", ".join(e[0] for e in variant_lib.exercises(source_nb))
+        raise UserError(f"--exercise names none of {lesson}'s exercises in part; they are: {known}")
+    exercises = {}
+    for grade_id, solution_index, test_index in chosen:
+        solution, test = source_nb.cells[solution_index], source_nb.cells[test_index]
+        mutated = _sample(variant_lib.mutant_variants(solution.source), max_mutants)
+        listed = [variant_lib.Variant("reference", solution.source, "pass", "reference solution")] * runs
+        listed += [variant_lib.Variant("blank", variant_lib.blank(solution), "fail", "blank release")]
+        listed += written.get(grade_id, []) + mutated
+        exercises[grade_id] = variant_lib.Exercise(
+            grade_id, float(test.metadata["nbgrader"]["points"]), solution, test, listed,
+            {mutant: reason for (exercise, mutant), reason in allowlist.items() if exercise == grade_id})
+    outcomes = _run_plan(course, source_nb, chosen, exercises, jobs, lesson)
+    result = _result(lesson, source_nb, exercises, outcomes, runs)
+    seen = {(e["grade_id"], r["label"]) for e in result["exercises"] for r in e["variants"] if r["kind"] == "mutant"}
+    result["stale_equivalents"] = [f"{exercise}: {mutant}" for exercise, mutant in allowlist
+                                   if exercise in exercises and (exercise, mutant) not in seen and not max_mutants]
+    return result
+
+
+def _sample(listed, limit):
+    if not limit or len(listed) <= limit:
+        return listed
+    step = len(listed) / limit
+    return [listed[int(i * step)] for i in range(limit)]
+
+
+def _run_plan(course, source_nb, chosen, exercises, jobs, lesson):
+    """One forkrun process for the lesson: cells in order, each chosen exercise's variants forked at its place."""
+    solution_at = {solution_index: grade_id for grade_id, solution_index, _ in chosen}
+    tests = {index for _, _, index in _all_exercises(source_nb)}
+    last = max(test_index for _, _, test_index in chosen)
+    steps = []
+    for index, cell in enumerate(source_nb.cells[:last + 1]):
+        if cell.cell_type != "code" or index in tests:
+            continue
+        if index in solution_at:
+            exercise = exercises[solution_at[index]]
+            forks = [{"id": f"{exercise.grade_id}/{n}", "cells": [v.source, exercise.test.source],
+                      "reference": v.kind == "reference"} for n, v in enumerate(exercise.variants)]
+            steps.append({"fork": forks})
+        steps.append({"run": cell.source})
+    work = Path(tempfile.mkdtemp(prefix=f"zerolab-validate-{lesson}-"))
+    plan, results = work / "plan.json", work / "results.jsonl"
+    plan.write_text(json.dumps({"steps": steps, "jobs": jobs}))
+    total = sum(len(e.variants) for e in exercises.values())
+    env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1")
+    lessons_dir = work / "cwd"
+    lessons_dir.mkdir()
+    process = subprocess.Popen([sys.executable, "-m", "zerolab.grading.forkrun", str(plan), str(results)],
+                               cwd=lessons_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    errors = []
+    reader = threading.Thread(target=lambda: errors.append(process.stderr.read()), daemon=True)
+    reader.start()
+    shown = -1
+    while process.poll() is None:
+        shown = _progress(lesson, results, total, shown)
+        time.sleep(1)
+    reader.join()
+    _progress(lesson, results, total, shown)
+    outcomes = {}
+    if results.exists():
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            outcomes[record["id"]] = record
+    if process.returncode != 0 or len(outcomes) < total:
+        raise UserError(f"validating {lesson} stopped after {len(outcomes)} of {total} variants "
+                        f"(exit status {process.returncode}): {''.join(errors)[-2000:]}")
+    import shutil
+    shutil.rmtree(work, ignore_errors=True)
+    return outcomes
+
+
+def _all_exercises(source_nb):
+    from zerolab.grading.variants import exercises
+    return exercises(source_nb)
+
+
+def _progress(lesson, results, total, shown):
+    done = len(results.read_text().splitlines()) if results.exists() else 0
+    if done != shown and sys.stderr.isatty() or done == total and shown != total:
+        print(f"\r{lesson}: {done}/{total} variants run", end="" if done < total else "\n", file=sys.stderr,
+              flush=True)
+    return done
+
+
+def _result(lesson, source_nb, exercises, outcomes, runs):
+    from nbgrader.utils import determine_grade
+
+    result = {"lesson": lesson, "runs": runs, "source_digest": source_digest(source_nb), "exercises": []}
+    for exercise in exercises.values():
+        rows = []
+        for n, variant in enumerate(exercise.variants):
+            record = outcomes[f"{exercise.grade_id}/{n}"]
+            test = nbformat.from_dict(dict(exercise.test, outputs=(record.get("outputs") or [[]])[-1]))
+            if "crash" in record or record["timed_out"]:
+                score = 0.0
+            else:
+                score, _ = determine_grade(test)
+            passed = score is not None and float(score) >= exercise.points
+            rows.append({"kind": variant.kind, "label": variant.label, "operator": variant.operator,
+                         "expect": variant.expect, "passed": passed, "seconds": record["seconds"],
+                         "output": _why(record, test), "equivalent": exercise.equivalent.get(variant.label)})
+        result["exercises"].append({"grade_id": exercise.grade_id, "points": exercise.points, "variants": rows})
+    return result
+
+
+def _why(record, test):
+    """One line: what the test cell said (its error), or why there is nothing to say."""
+    if "crash" in record:
+        return "the process died: " + record["crash"].strip().splitlines()[-1][:200]
+    if record["timed_out"]:
+        return f"ran past the {record['seconds']:.0f} s timeout"
+    for output in test.outputs:
+        if output.output_type == "error":
+            return f"{output.ename}: {output.evalue}".splitlines()[0][:300]
+        if output.output_type == "stream" and output.name == "stderr":
+            return "stderr: " + output.text.strip().splitlines()[-1][:300] if output.text.strip() else "stderr"
+    return ""
+
+
+def source_digest(source_nb):
+    """What the report depends on: every code cell of the source notebook, and the mutant generator."""
+    import hashlib
+
+    from zerolab.grading import mutants
+
+    digest = hashlib.sha256(Path(mutants.__file__).read_bytes())
+    for cell in source_nb.cells:
+        if cell.cell_type == "code":
+            digest.update(cell.source.encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,95 @@
+"""The submissions an exercise's tests are validated against: its reference solution, the blank release,
+mutants of the solution, and the wrong and right answers written by hand for the feedback regression suite.
+
+Every variant is one solution cell's source and what its tests should make of it: "pass" or "fail".
+"""
+import copy
+import importlib.util
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from zerolab.errors import UserError
+from zerolab.grading.mutants import mutants, solution_lines
+
+
+@dataclass(frozen=True)
+class Variant:
+    kind: str      # "reference", "blank", "mutant", "wrong" (written by hand), "right" (written by hand)
+    source: str    # the solution cell's source
+    expect: str    # "pass" or "fail"
+    label: str     # what the report shows: a mutant's one-line diff, a hand-written answer's first line
+    operator: str = ""
+
+
+@dataclass
+class Exercise:
+    grade_id: str
+    points: float
+    solution: nbformat.NotebookNode
+    test: nbformat.NotebookNode
+    variants: list = field(default_factory=list)
+    equivalent: dict = field(default_factory=dict)  # mutant label -> the instructor's reason
+
+
+def exercises(source_nb):
+    """(grade_id, solution cell index, test cell index) for each graded exercise: a solution cell and the grade
+    cell named test_<grade_id> after it."""
+    found = []
+    cells = source_nb.cells
+    for index, cell in enumerate(cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and not meta.get("grade"):
+            test_id = f"test_{meta['grade_id']}"
+            tests = [i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("grade_id") == test_id]
+            if tests:
+                found.append((meta["grade_id"], index, tests[0]))
+    return found
+
+
+def blank(cell):
+    """The solution cell as the release hands it out, cleared by nbgrader's own ClearSolutions."""
+    from nbgrader.preprocessors import ClearSolutions
+
+    cleared = copy.deepcopy(cell)
+    ClearSolutions()._replace_solution_region(cleared, "python")
+    return cleared.source
+
+
+def mutant_variants(source):
+    return [Variant("mutant", m.source, "fail", m.diff, m.operator) for m in mutants(source, solution_lines(source))]
+
+
+def handwritten(repo, lesson):
+    """{grade_id: [Variant]} from tests/submissions/feedback.py of the repository, when there is one."""
+    path = Path(repo) / "tests" / "submissions" / "feedback.py"
+    if not path.exists():
+        return {}
+    spec = importlib.util.spec_from_file_location("zerolab_feedback_variants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = {}
+    for grade_id, answers in module.VARIANTS.get(lesson, {}).items():
+        found[grade_id] = ([Variant("wrong", text, "fail", _first_line(text)) for text, _ in answers["wrong"]]
+                           + [Variant("right", text, "pass", _first_line(text)) for text in answers["right"]])
+    return found
+
+
+def equivalents(path):
+    """{(exercise, mutant diff): reason} from the instructor's allowlist, a TOML file of [[equivalent]] tables."""
+    if not path.exists():
+        return {}
+    try:
+        entries = tomllib.loads(path.read_text()).get("equivalent", [])
+        return {(entry["exercise"], entry["mutant"]): entry["reason"] for entry in entries}
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as problem:
+        raise UserError(f"{path}: every [[equivalent]] needs exercise, mutant (the diff as the report prints it) "
+                        f"and reason: {problem}") from None
+
+
+def _first_line(text):
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    line = " / ".join(lines[:2])
+    return line if len(line) <= 100 else line[:97] + "..."
