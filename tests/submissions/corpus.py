@@ -171,6 +171,8 @@ while True:
         time.sleep(10)
     except KeyboardInterrupt:
         pass'''
+# The wrong solution cells above, by exercise: `zerolab grade validate` runs them through the tests too.
+WRONG_ANSWERS = {"ex1_model_state_bytes": [WRONG_EX1, RIGGED_DICT], "ex4_deepspeed_zero2_gib": [INT_SUBCLASS]}
 PERMISSIVE_CHECKS = "def plain(value, name=None):\n    return value\n"
 # Past the disk cap (CAPS: 64 MiB for the submission's folder and its /tmp together) every write fails.
 MANY_FILES = '''import os

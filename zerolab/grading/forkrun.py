@@ -5,6 +5,8 @@
 Starting a kernel and re-running a lesson's cells for each of a thousand variants would take hours on 2 cores;
 forking the process that already ran them takes milliseconds. PLAN is a list of steps, in notebook order:
   {"run": SOURCE}                        a cell run here (set-up, teaching cells, reference solutions)
+  {"preload": [MODULE, ...]}             modules imported here (into sys.modules only, no name bound), so that
+                                         each child does not import the test's DeepSpeed again
   {"fork": [{"id", "cells", "reference"}]} each variant's cells (its solution cell, then the exercise's test
                                          cell) run in a child of this process, at most "jobs" at a time: the
                                          reference runs first, and the others get FACTOR times the slowest
@@ -38,8 +40,20 @@ def main(plan_path, results_path):
         for step in plan["steps"]:
             if "run" in step:
                 _run_here(shell, step["run"])
+            elif "preload" in step:
+                _preload(step["preload"])
             else:
-                _fork_all(shell, step["fork"], plan["jobs"], home, results)
+                _fork_all(shell, step["fork"], plan["jobs"], home, results, plan.get("floor", FLOOR))
+
+
+def _preload(modules):
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the test's own import will say what is wrong, in the child
+            pass
 
 
 def _run_here(shell, source):
@@ -48,13 +62,13 @@ def _run_here(shell, source):
     sys.stderr.flush()
 
 
-FLOOR, FACTOR, CAP = 20, 4, 300  # seconds a variant may run: at least FLOOR, at most CAP
+FLOOR, FACTOR, CAP = 20, 4, 300  # seconds a variant may run: at least FLOOR (the plan may say), at most CAP
 
 
-def _fork_all(shell, variants, jobs, home, results):
+def _fork_all(shell, variants, jobs, home, results, floor):
     references = [v for v in variants if v.get("reference")]
     slowest = _fork_batch(shell, references, jobs, home, results, CAP)
-    timeout = min(CAP, max(FLOOR, FACTOR * slowest))
+    timeout = min(CAP, max(floor, FACTOR * slowest))
     _fork_batch(shell, [v for v in variants if not v.get("reference")], jobs, home, results, timeout)
 
 

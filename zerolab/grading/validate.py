@@ -86,7 +86,7 @@ def _lessons(course, args):
     return [args.lesson]
 
 
-def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1):
+def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1, timeout_floor=None):
     """Every variant of every chosen exercise through its tests; the result the report is written from."""
     from zerolab.grading import variants as variant_lib
 
@@ -107,8 +107,8 @@ def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1)
         exercises[grade_id] = variant_lib.Exercise(
             grade_id, float(test.metadata["nbgrader"]["points"]), solution, test, listed,
             {mutant: reason for (exercise, mutant), reason in allowlist.items() if exercise == grade_id})
-    outcomes = _run_plan(course, source_nb, chosen, exercises, jobs, lesson)
-    result = _result(lesson, source_nb, exercises, outcomes, runs)
+    outcomes = _run_plan(source_nb, chosen, exercises, jobs, lesson, timeout_floor)
+    result = _result(course, lesson, source_nb, exercises, outcomes, runs)
     seen = {(e["grade_id"], r["label"]) for e in result["exercises"] for r in e["variants"] if r["kind"] == "mutant"}
     result["stale_equivalents"] = [f"{exercise}: {mutant}" for exercise, mutant in allowlist
                                    if exercise in exercises and (exercise, mutant) not in seen and not max_mutants]
@@ -122,7 +122,7 @@ def _sample(listed, limit):
     return [listed[int(i * step)] for i in range(limit)]
 
 
-def _run_plan(course, source_nb, chosen, exercises, jobs, lesson):
+def _run_plan(source_nb, chosen, exercises, jobs, lesson, timeout_floor):
     """One forkrun process for the lesson: cells in order, each chosen exercise's variants forked at its place."""
     solution_at = {solution_index: grade_id for grade_id, solution_index, _ in chosen}
     tests = {index for _, _, index in _all_exercises(source_nb)}
@@ -135,11 +135,13 @@ def _run_plan(course, source_nb, chosen, exercises, jobs, lesson):
             exercise = exercises[solution_at[index]]
             forks = [{"id": f"{exercise.grade_id}/{n}", "cells": [v.source, exercise.test.source],
                       "reference": v.kind == "reference"} for n, v in enumerate(exercise.variants)]
+            steps.append({"preload": imported_modules(exercise.test.source)})
             steps.append({"fork": forks})
         steps.append({"run": cell.source})
     work = Path(tempfile.mkdtemp(prefix=f"zerolab-validate-{lesson}-"))
     plan, results = work / "plan.json", work / "results.jsonl"
-    plan.write_text(json.dumps({"steps": steps, "jobs": jobs}))
+    options = {"floor": timeout_floor} if timeout_floor else {}
+    plan.write_text(json.dumps({"steps": steps, "jobs": jobs, **options}))
     total = sum(len(e.variants) for e in exercises.values())
     env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1")
     lessons_dir = work / "cwd"
@@ -169,6 +171,19 @@ def _run_plan(course, source_nb, chosen, exercises, jobs, lesson):
     return outcomes
 
 
+def imported_modules(source):
+    """The absolute module names a cell imports (and their packages)."""
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return sorted(set(names))
+
+
 def _all_exercises(source_nb):
     from zerolab.grading.variants import exercises
     return exercises(source_nb)
@@ -182,10 +197,10 @@ def _progress(lesson, results, total, shown):
     return done
 
 
-def _result(lesson, source_nb, exercises, outcomes, runs):
+def _result(course, lesson, source_nb, exercises, outcomes, runs):
     from nbgrader.utils import determine_grade
 
-    result = {"lesson": lesson, "runs": runs, "source_digest": source_digest(source_nb), "exercises": []}
+    result = {"lesson": lesson, "runs": runs, "source_digest": source_digest(course, lesson, source_nb), "exercises": []}
     for exercise in exercises.values():
         rows = []
         for n, variant in enumerate(exercise.variants):
@@ -205,10 +220,10 @@ def _result(lesson, source_nb, exercises, outcomes, runs):
 
 def _why(record, test):
     """One line: what the test cell said (its error), or why there is nothing to say."""
-    if "crash" in record:
-        return "the process died: " + record["crash"].strip().splitlines()[-1][:200]
     if record["timed_out"]:
         return f"ran past the {record['seconds']:.0f} s timeout"
+    if "crash" in record:
+        return "the process died: " + record["crash"].strip().splitlines()[-1][:200]
     for output in test.outputs:
         if output.output_type == "error":
             return f"{output.ename}: {output.evalue}".splitlines()[0][:300]
@@ -217,13 +232,17 @@ def _why(record, test):
     return ""
 
 
-def source_digest(source_nb):
-    """What the report depends on: every code cell of the source notebook, and the mutant generator."""
+def source_digest(course, lesson, source_nb):
+    """What a report depends on: the lesson's code cells, the mutant generator, the hand-written answers and the
+    instructor's allowlist. A committed report whose digest differs is stale."""
     import hashlib
 
-    from zerolab.grading import mutants
+    from zerolab.grading import mutant_operators, mutants, variants
 
-    digest = hashlib.sha256(Path(mutants.__file__).read_bytes())
+    digest = hashlib.sha256()
+    files = [Path(mutants.__file__), Path(mutant_operators.__file__), course / "src" / f"{lesson}.equivalent.toml"]
+    for path in files + [course.parent / name for name in variants.HANDWRITTEN]:
+        digest.update(path.read_bytes() if path.exists() else b"-")
     for cell in source_nb.cells:
         if cell.cell_type == "code":
             digest.update(cell.source.encode())

@@ -62,19 +62,31 @@ def mutant_variants(source):
     return [Variant("mutant", m.source, "fail", m.diff, m.operator) for m in mutants(source, solution_lines(source))]
 
 
+HANDWRITTEN = ("tests/submissions/feedback.py", "tests/submissions/corpus.py")
+
+
 def handwritten(repo, lesson):
-    """{grade_id: [Variant]} from tests/submissions/feedback.py of the repository, when there is one."""
-    path = Path(repo) / "tests" / "submissions" / "feedback.py"
-    if not path.exists():
-        return {}
-    spec = importlib.util.spec_from_file_location("zerolab_feedback_variants", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """{grade_id: [Variant]}: the feedback regression suite's wrong and right answers and the hostile corpus's
+    wrong solution cells, from the repository's tests/submissions (none when the course has no repository)."""
+    feedback, corpus = (_load(Path(repo) / path) for path in HANDWRITTEN)
     found = {}
-    for grade_id, answers in module.VARIANTS.get(lesson, {}).items():
+    for grade_id, answers in (feedback.VARIANTS.get(lesson, {}) if feedback else {}).items():
         found[grade_id] = ([Variant("wrong", text, "fail", _first_line(text)) for text, _ in answers["wrong"]]
                            + [Variant("right", text, "pass", _first_line(text)) for text in answers["right"]])
+    if corpus and corpus.LESSON == lesson:
+        for grade_id, texts in corpus.WRONG_ANSWERS.items():
+            found.setdefault(grade_id, []).extend(Variant("wrong", text, "fail", "hostile corpus: " + _first_line(text))
+                                                  for text in texts)
     return found
+
+
+def _load(path):
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"zerolab_validate_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def equivalents(path):

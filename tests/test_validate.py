@@ -1,0 +1,183 @@
+"""zerolab grade validate, on a toy course whose verdicts plain Python can recompute, and on the real lessons.
+
+The toy course's exercise (a circle's area) has a test that kills every mutant and a weak one that doesn't: for
+each mutant the validator's verdict must be what exec() of the mutant and the test in a fresh namespace says.
+"""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from zerolab.errors import UserError
+from zerolab.grading import validate, validate_report
+from zerolab.grading.variants import equivalents
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = '''def area(radius):
+    """The area of a circle."""
+    ### BEGIN SOLUTION
+    squared = radius ** 2
+    return math.pi * squared
+    ### END SOLUTION
+'''
+STRONG = "assert abs(area(1) - math.pi) < 1e-9\nassert abs(area(3) - 9 * math.pi) < 1e-9\n"
+WEAK = "assert area(0) == 0\n"
+
+
+def toy_course(root, test=STRONG, solution=SOLUTION, allowlist=None):
+    def meta(grade_id, **flags):
+        return {"nbgrader": {"grade_id": grade_id, "locked": not flags.get("solution"), "schema_version": 3,
+                             "solution": False, "grade": False, "task": False, **flags}}
+
+    cells = [nbformat.v4.new_code_cell("import math"),
+             nbformat.v4.new_code_cell(solution, metadata=meta("ex1_area", solution=True)),
+             nbformat.v4.new_code_cell(test, metadata=meta("test_ex1_area", grade=True, points=2))]
+    folder = root / "autograder" / "source" / "toy"
+    folder.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), str(folder / "toy.ipynb"))
+    if allowlist:
+        (root / "autograder" / "src").mkdir()
+        (root / "autograder" / "src" / "toy.equivalent.toml").write_text(allowlist)
+    return root / "autograder"
+
+
+def passes_in_plain_python(solution, test):
+    namespace = {}
+    try:
+        exec("import math\n" + solution + "\n" + test, namespace)
+        return True
+    except Exception:  # noqa: BLE001 - any error fails the test cell
+        return False
+
+
+def rows(result, kind=None):
+    (exercise,) = result["exercises"]
+    return [row for row in exercise["variants"] if kind is None or row["kind"] == kind]
+
+
+def test_each_mutant_gets_the_verdict_plain_python_gives_it(tmp_path):
+    from zerolab.grading.mutants import mutants, solution_lines
+
+    result = validate.validate_lesson(toy_course(tmp_path, test=STRONG), "toy", runs=2, jobs=2)
+    expected = {m.diff: passes_in_plain_python(m.source, STRONG)
+                for m in mutants(SOLUTION, solution_lines(SOLUTION))}
+    got = {row["label"]: row["passed"] for row in rows(result, "mutant")}
+    assert got == expected and len(got) >= 5
+    assert [row["passed"] for row in rows(result, "reference")] == [True, True]
+    assert [row["passed"] for row in rows(result, "blank")] == [False]
+    assert validate_report.below_bar(result) == []
+
+
+def test_a_weak_test_lets_mutants_through_and_misses_the_bar(tmp_path):
+    result = validate.validate_lesson(toy_course(tmp_path, test=WEAK), "toy", runs=1, jobs=2)
+    survivors = validate_report.tally(result["exercises"][0])["survivors"]
+    assert any(row["label"].endswith("return None") or "radius ** 3" in row["label"] for row in survivors)
+    (missed,) = validate_report.below_bar(result)
+    assert missed.startswith("ex1_area (") and "of mutants killed" in missed
+    report = validate_report.markdown(result)
+    assert "**Below the bar:** ex1_area" in report and f"survived ({survivors[0]['operator']})" in report
+
+
+def test_stderr_in_the_test_cell_scores_nothing_as_in_nbgrader(tmp_path):
+    # a subprocess writing to the kernel's stderr: caught at the file descriptor, like a kernel's output
+    noisy = SOLUTION.replace('    """The area of a circle."""\n',
+                             '    """The area of a circle."""\n    import os\n    os.system("echo careful >&2")\n')
+    result = validate.validate_lesson(toy_course(tmp_path, solution=noisy), "toy", runs=1, only=["ex1_area"])
+    (reference,) = rows(result, "reference")
+    assert not reference["passed"] and reference["output"] == "stderr: careful"
+    assert validate_report.tally(result["exercises"][0])["flakes"] == 1
+
+
+def test_a_mutant_that_never_ends_is_stopped_and_killed(tmp_path):
+    looping = SOLUTION.replace("    squared = radius ** 2\n", "    squared = radius ** 2\n    while squared < 0:\n"
+                                                                "        squared = squared + 1\n")
+    result = validate.validate_lesson(toy_course(tmp_path, solution=looping), "toy", runs=1, timeout_floor=2)
+    stopped = [row for row in rows(result, "mutant") if "timeout" in row["output"]]
+    assert stopped and not any(row["passed"] for row in stopped)
+    assert all(row["seconds"] < 10 for row in stopped)
+
+
+def test_an_allowlisted_mutant_is_equivalent_and_a_stale_entry_is_named(tmp_path):
+    first = validate.validate_lesson(toy_course(tmp_path / "a", test=WEAK), "toy", runs=1)
+    survivors = validate_report.tally(first["exercises"][0])["survivors"]
+    allowlist = "".join(f'[[equivalent]]\nexercise = "ex1_area"\nmutant = {json.dumps(row["label"])}\n'
+                        f'reason = "the weak test cannot tell"\n' for row in survivors)
+    allowlist += '[[equivalent]]\nexercise = "ex1_area"\nmutant = "line 99: gone  ->  away"\nreason = "old"\n'
+    second = validate.validate_lesson(toy_course(tmp_path / "b", test=WEAK, allowlist=allowlist), "toy", runs=1)
+    counts = validate_report.tally(second["exercises"][0])
+    assert counts["equivalent"] == len(survivors) and counts["survivors"] == []
+    assert second["stale_equivalents"] == ["ex1_area: line 99: gone  ->  away"]
+    assert "the weak test cannot tell" in validate_report.markdown(second)
+
+
+def test_a_broken_allowlist_says_which_fields_it_needs(tmp_path):
+    bad = tmp_path / "x.equivalent.toml"
+    bad.write_text('[[equivalent]]\nexercise = "ex1_area"\n')
+    with pytest.raises(UserError, match="exercise, mutant .* and reason"):
+        equivalents(bad)
+
+
+def test_the_command_names_the_lessons_when_given_a_wrong_one():
+    done = subprocess.run([sys.executable, "-m", "zerolab", "grade", "validate", "10_nothing"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and "01_where_memory_goes" in done.stderr and "Traceback" not in done.stderr
+
+
+# The sample CI runs on every change: one exercise or two per lesson (lesson 08's on real ranks), a few mutants
+# each, the reference 5 times. The full report is `zerolab grade validate --all`, committed in autograder/validation.
+SAMPLE = {"01_where_memory_goes": ["ex2_per_gpu_bytes"], "02_offload": ["ex3_pcie_bytes"],
+          "03_overlap_comm": ["ex2_wire_bytes"], "04_writing_the_config": ["ex1_build_config"],
+          "05_config_doctor": ["ex2_fix_config"], "06_predict_then_measure": ["ex1_optimizer_bytes"],
+          "07_interview_drill": ["ex5_zero2_13b", "ex16_fsdp"], "08_zero_from_scratch": ["ex2_sharded_adamw"],
+          "09_checkpoints": ["ex4_zero3_save_config"]}
+REPORTS = ROOT / "autograder" / "validation"
+
+
+def committed(lesson):
+    return json.loads((REPORTS / f"{lesson}.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", sorted(SAMPLE))
+def test_a_sample_of_each_lesson_meets_the_bar_and_agrees_with_the_committed_report(tmp_path, lesson):
+    chosen = [arg for grade_id in SAMPLE[lesson] for arg in ("--exercise", grade_id)]
+    done = subprocess.run([sys.executable, "-m", "zerolab", "grade", "validate", lesson, *chosen, "--runs", "5",
+                           "--max-mutants", "5", "--jobs", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    sample = json.loads((tmp_path / f"{lesson}.json").read_text())
+    full = {(e["grade_id"], r["label"]): r["passed"] for e in committed(lesson)["exercises"] for r in e["variants"]
+            if r["kind"] == "mutant"}
+    for exercise in sample["exercises"]:
+        for row in exercise["variants"]:
+            if row["kind"] == "mutant":
+                assert full[(exercise["grade_id"], row["label"])] == row["passed"], \
+                    f"{lesson} {exercise['grade_id']}: the committed report disagrees on {row['label']}"
+
+
+@pytest.mark.parametrize("lesson", sorted(SAMPLE))
+def test_the_committed_report_is_fresh_complete_and_meets_the_bar(lesson):
+    source_nb = nbformat.read(str(ROOT / "autograder" / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
+    report = committed(lesson)
+    assert report["source_digest"] == validate.source_digest(ROOT / "autograder", lesson, source_nb), \
+        f"autograder/validation/{lesson}.json is stale: run `zerolab grade validate {lesson}` and commit it"
+    from zerolab.grading.variants import exercises
+    assert [e["grade_id"] for e in report["exercises"]] == [grade_id for grade_id, _, _ in exercises(source_nb)]
+    assert not report.get("sample") and report["runs"] >= 5 and not report["stale_equivalents"]
+    assert validate_report.below_bar(report) == []
+    assert (REPORTS / f"{lesson}.md").read_text() == validate_report.markdown(report)
+
+
+def test_the_sample_covers_every_lesson():
+    sys.path.insert(0, str(ROOT / "autograder"))
+    import build
+
+    assert sorted(SAMPLE) == sorted(build.lesson_names())
+    for lesson, chosen in SAMPLE.items():
+        source_nb = nbformat.read(str(ROOT / "autograder" / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
+        from zerolab.grading.variants import exercises
+        assert set(chosen) <= {grade_id for grade_id, _, _ in exercises(source_nb)}, lesson
