@@ -2,13 +2,18 @@
 or, with --shards, students per minute when the class is split into 1, 2, 4 shards run at once and merged.
 
     python scripts/bench_grading.py [--students 30] [--lesson NAME ...] [--jobs 1 2]
-    python scripts/bench_grading.py --shards 1 2 4 [--students 24] [--lesson 03_overlap_comm]
+    python scripts/bench_grading.py --shards 1 2 4 [--students 24] [--lesson 04_writing_the_config ...]
 
 It copies the course (autograder/) into a temporary folder, submits a correct notebook for every student of
 every lesson plus an "empty" assignment (one graded cell that does nothing), and grades each lesson with
 isolation off (plain nbgrader kernel) and on (the sandbox), serially and with --jobs 2.
 The bar of issue 5: the sandbox adds less than a third of the empty-notebook floor per notebook.
+With --shards, students per minute per core is the wall-time rate over the machine's cores; CPU seconds per
+student (every grading process and kernel, from the children's rusage) does not depend on what else the machine
+was doing, and the load average before each run says how busy it was.
 """
+import os
+import resource
 import argparse
 import shutil
 import subprocess
@@ -55,9 +60,14 @@ def grade(course, lesson, isolation, jobs):
 
 def shard_rates(course, lesson, students, counts):
     """Students per minute for each shard count: N `zerolab grade --shard k/N` at once, then one merge."""
-    print(f"{students} students of {lesson}, sandboxed; shards run at the same time on this machine, then merged")
-    print(f"{'shards':>6} {'grading s':>10} {'merge s':>8} {'students/min':>13}")
+    cores = os.cpu_count()
+    print(f"{students} students of {lesson}, sandboxed; shards run at the same time on this machine ({cores} cores), "
+          "then merged")
+    print(f"{'shards':>6} {'grading s':>10} {'merge s':>8} {'students/min':>13} {'per core':>9} "
+          f"{'CPU s/student':>14} {'load before':>12}")
     for count in counts:
+        load = os.getloadavg()[0]
+        cpu_before = _children_cpu()
         target = course.parent / f"course-{count}"
         shutil.copytree(course, target)
         folders = [target.parent / f"shards-{count}" / f"{number}" for number in range(1, count + 1)]
@@ -75,7 +85,15 @@ def shard_rates(course, lesson, students, counts):
         subprocess.run([sys.executable, "-m", "zerolab", "grade", "merge", lesson, *map(str, folders), "--course",
                         str(target)], check=True, capture_output=True)
         merging = time.perf_counter() - started
-        print(f"{count:>6} {grading:10.1f} {merging:8.1f} {students / (grading + merging) * 60:13.1f}", flush=True)
+        rate = students / (grading + merging) * 60
+        cpu = (_children_cpu() - cpu_before) / students
+        print(f"{count:>6} {grading:10.1f} {merging:8.1f} {rate:13.1f} {rate / cores:9.2f} {cpu:14.1f} {load:12.1f}",
+              flush=True)
+
+
+def _children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -86,8 +104,7 @@ def main():
     parser.add_argument("--shards", type=int, nargs="+", help="students per minute for these shard counts instead")
     args = parser.parse_args()
     if args.shards:
-        lesson = (args.lesson or ["03_overlap_comm"])[0]
-        args.lesson = [lesson]
+        args.lesson = args.lesson or ["03_overlap_comm"]
     lessons = args.lesson or sorted(p.name for p in (REPO / "autograder" / "source").iterdir() if p.is_dir())
     course = Path(tempfile.mkdtemp(prefix="bench-grading-")) / "course"
     course.mkdir()
@@ -104,7 +121,8 @@ def main():
             folder.mkdir(parents=True)
             nbformat.write(nb, folder / f"{lesson}.ipynb")
     if args.shards:
-        shard_rates(course, args.lesson[0], args.students, args.shards)
+        for lesson in args.lesson:
+            shard_rates(course, lesson, args.students, args.shards)
         shutil.rmtree(course.parent, ignore_errors=True)
         return
     print(f"{args.students} students per lesson; seconds per notebook (wall time / students, CLI start included)")

@@ -181,3 +181,8 @@ def test_the_sample_covers_every_lesson():
         source_nb = nbformat.read(str(ROOT / "autograder" / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
         from zerolab.grading.variants import exercises
         assert set(chosen) <= {grade_id for grade_id, _, _ in exercises(source_nb)}, lesson
+
+
+def test_the_committed_index_is_made_from_the_committed_reports():
+    results = [committed(lesson) for lesson in sorted(SAMPLE)]
+    assert (REPORTS / "README.md").read_text() == validate_report.index(results)
