@@ -651,6 +651,15 @@ for _name, _seq, _gpu, _gpus, _stage, _recompute in (
     _got = _whole(_plain(largest_micro_batch(_model, _seq, _gpu, _gpus, _stage, _recompute),
                          "largest_micro_batch(...)"), "largest_micro_batch(...)")
     assert _got == _want, f"largest_micro_batch is wrong for {_name}, sequence {_seq}, stage {_stage}, {_recompute}"
+# gpu_bytes exactly the budget of some micro-batch: "at most" includes it
+_model = _models.preset("gpt3-1.3b")
+_edge = _budget.budget(_model, 2, 2048, 3, gpus_per_node=4, recompute="none").gpu_bytes
+_got = _whole(_plain(largest_micro_batch(_model, 2048, _edge, 4, 2, "none"), "largest_micro_batch(...)"),
+              "largest_micro_batch(...)")
+assert _budget.budget(_model, 2, 2048, _got, gpus_per_node=4, recompute="none").gpu_bytes <= _edge, \
+    "does not fit: the budget of your micro-batch is more than gpu_bytes"
+assert _budget.budget(_model, 2, 2048, _got + 1, gpus_per_node=4, recompute="none").gpu_bytes > _edge, \
+    "off by one: a micro-batch whose budget is exactly gpu_bytes fits too (the budget must be at most gpu_bytes)"
 ### END HIDDEN TESTS
 
 # %% [markdown]

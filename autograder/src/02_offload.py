@@ -73,12 +73,13 @@ for device in ("none", "cpu"):
 # Write `offload_split(params, gpus)`: for ZeRO-2 with CPU optimizer offload on one node of `gpus` GPUs
 # (paper accounting, fp16 Adam), return `{"gpu": bytes per GPU, "host": bytes of host RAM per node}`.
 # Hidden tests compare it with `memory.estimate` for other sizes and GPU counts, so `memory.estimate` is off limits in
-# your cell (the test gives 0 if it is used): add the bytes up yourself.
+# your cell (the test gives 0 if it is used): add the bytes up yourself. Partitions rounded to whole bytes (`//`) count
+# too.
 
-# %% [markdown] lang="zh" en="0b1be4a33ba4"
+# %% [markdown] lang="zh" en="1aaa6bdc4795"
 # ### 练习 1：GPU 与主机之间的划分
 #
-# 编写 `offload_split(params, gpus)`：对单节点 `gpus` 张 GPU、开启 CPU 优化器卸载的 ZeRO-2（论文的口径，fp16 Adam），返回 `{"gpu": 每张 GPU 的字节数, "host": 每个节点的主机内存字节数}`。隐藏测试会在其他模型规模和 GPU 数量下把它与 `memory.estimate` 比较，所以你的单元格里不能使用 `memory.estimate`（用了，测试给 0 分）：请自己把字节数加起来。
+# 编写 `offload_split(params, gpus)`：对单节点 `gpus` 张 GPU、开启 CPU 优化器卸载的 ZeRO-2（论文的口径，fp16 Adam），返回 `{"gpu": 每张 GPU 的字节数, "host": 每个节点的主机内存字节数}`。隐藏测试会在其他模型规模和 GPU 数量下把它与 `memory.estimate` 比较，所以你的单元格里不能使用 `memory.estimate`（用了，测试给 0 分）：请自己把字节数加起来。把分片取整到整字节（`//`）也算对。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_offload_split", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def offload_split(params, gpus):
@@ -252,13 +253,14 @@ widgets.offload_explorer(params="13B", world_size=8, grad_accum=4)
 #
 # Write `pcie_bytes(params, gpus, grad_accum)`: for ZeRO-2 + CPU optimizer offload with fp16 training on `gpus`
 # GPUs, the bytes **one GPU** moves per optimizer step in DeepSpeed 0.19.8's accounting (section 2), as
-# `{"to_host": ..., "to_gpu": ...}`. Count each GPU's partition as `params / gpus` values.
+# `{"to_host": ..., "to_gpu": ...}`. Count each GPU's partition as `params / gpus` values (rounded to whole values
+# with `//` counts too).
 # Hidden tests compare with `comm.traffic`, so `comm.traffic` is off limits in your cell: count the bytes yourself.
 
-# %% [markdown] lang="zh" en="0363d8dbcace"
+# %% [markdown] lang="zh" en="364260c6798e"
 # ### 练习 3：每步的 PCIe 字节数
 #
-# 编写 `pcie_bytes(params, gpus, grad_accum)`：在 `gpus` 张 GPU 上用 fp16 训练、ZeRO-2 加 CPU 优化器卸载时，按 DeepSpeed 0.19.8 的口径（第 2 节），**一张 GPU** 每个优化器步传输的字节数，返回 `{"to_host": ..., "to_gpu": ...}`。每张 GPU 的分片按 `params / gpus` 个值计算。隐藏测试会与 `comm.traffic` 比较，所以你的单元格里不能使用 `comm.traffic`：请自己数字节。
+# 编写 `pcie_bytes(params, gpus, grad_accum)`：在 `gpus` 张 GPU 上用 fp16 训练、ZeRO-2 加 CPU 优化器卸载时，按 DeepSpeed 0.19.8 的口径（第 2 节），**一张 GPU** 每个优化器步传输的字节数，返回 `{"to_host": ..., "to_gpu": ...}`。每张 GPU 的分片按 `params / gpus` 个值计算（用 `//` 取整到整数个值也算对）。隐藏测试会与 `comm.traffic` 比较，所以你的单元格里不能使用 `comm.traffic`：请自己数字节。
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_pcie_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def pcie_bytes(params, gpus, grad_accum):
@@ -306,7 +308,7 @@ from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain
 
 for _params in (1_300_000_000, 13_000_000_001):
     for _gpus in (8, 24, 1):
-        for _gas in (3, 16, 1):
+        for _gas in (3, 16, 1, 2):
             _name = f"pcie_bytes({_params}, {_gpus}, {_gas})"
             _got = _dict_keys(_plain(pcie_bytes(_params, _gpus, _gas), _name), ["to_host", "to_gpu"], _name)
             _want = _comm.traffic(_params, 2, _gpus, grad_accum=_gas, offload_optimizer="cpu")

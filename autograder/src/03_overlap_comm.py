@@ -139,13 +139,14 @@ for stage in range(4):
 #
 # Write `wire_bytes(params, stage, gpus, grad_accum)`: the bytes one GPU sends per optimizer step with ring
 # collectives, fp16 training. Hidden tests compare with `comm.traffic(...).wire_bytes`, so `comm.traffic` is off limits in your cell (the test gives 0 if it is used): work it out yourself.
+# Rounding to whole elements or bytes (`//`) counts too.
 # You may call your `volume_in_params`; if it is wrong, this exercise is graded with the course's in its place, so a
 # mistake costs points once.
 
-# %% [markdown] lang="zh" en="b865cdd352c4"
+# %% [markdown] lang="zh" en="ae16383aa8f8"
 # ### 练习 2：每张 GPU 发送的字节数
 #
-# 编写 `wire_bytes(params, stage, gpus, grad_accum)`：在 fp16 训练、环形集合通信的条件下，一张 GPU 每个优化器步发送的字节数。隐藏测试会把它与 `comm.traffic(...).wire_bytes` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。你可以调用自己的 `volume_in_params`；如果它有错，本练习会换用课程自带的版本来评分，所以同一个错误只扣一次分。
+# 编写 `wire_bytes(params, stage, gpus, grad_accum)`：在 fp16 训练、环形集合通信的条件下，一张 GPU 每个优化器步发送的字节数。隐藏测试会把它与 `comm.traffic(...).wire_bytes` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。取整到整数个元素或整字节（`//`）也算对。你可以调用自己的 `volume_in_params`；如果它有错，本练习会换用课程自带的版本来评分，所以同一个错误只扣一次分。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_wire_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def wire_bytes(params, stage, gpus, grad_accum):
