@@ -8,12 +8,10 @@ It copies the course (autograder/) into a temporary folder, submits a correct no
 every lesson plus an "empty" assignment (one graded cell that does nothing), and grades each lesson with
 isolation off (plain nbgrader kernel) and on (the sandbox), serially and with --jobs 2.
 The bar of issue 5: the sandbox adds less than a third of the empty-notebook floor per notebook.
-With --shards, students per minute per core is the wall-time rate over the machine's cores; CPU seconds per
-student (every grading process and kernel, from the children's rusage) does not depend on what else the machine
-was doing, and the load average before each run says how busy it was.
+With --shards, students per minute per core is the wall-time rate over the machine's cores; the load average
+before each run says how busy the machine was (measure on an idle one).
 """
 import os
-import resource
 import argparse
 import shutil
 import subprocess
@@ -63,11 +61,9 @@ def shard_rates(course, lesson, students, counts):
     cores = os.cpu_count()
     print(f"{students} students of {lesson}, sandboxed; shards run at the same time on this machine ({cores} cores), "
           "then merged")
-    print(f"{'shards':>6} {'grading s':>10} {'merge s':>8} {'students/min':>13} {'per core':>9} "
-          f"{'CPU s/student':>14} {'load before':>12}")
+    print(f"{'shards':>6} {'grading s':>10} {'merge s':>8} {'students/min':>13} {'per core':>9} {'load before':>12}")
     for count in counts:
         load = os.getloadavg()[0]
-        cpu_before = _children_cpu()
         target = course.parent / f"course-{count}"
         shutil.copytree(course, target)
         folders = [target.parent / f"shards-{count}" / f"{number}" for number in range(1, count + 1)]
@@ -86,14 +82,7 @@ def shard_rates(course, lesson, students, counts):
                         str(target)], check=True, capture_output=True)
         merging = time.perf_counter() - started
         rate = students / (grading + merging) * 60
-        cpu = (_children_cpu() - cpu_before) / students
-        print(f"{count:>6} {grading:10.1f} {merging:8.1f} {rate:13.1f} {rate / cores:9.2f} {cpu:14.1f} {load:12.1f}",
-              flush=True)
-
-
-def _children_cpu():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+        print(f"{count:>6} {grading:10.1f} {merging:8.1f} {rate:13.1f} {rate / cores:9.2f} {load:12.1f}", flush=True)
 
 
 def main():
