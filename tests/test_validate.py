@@ -14,7 +14,7 @@ import pytest
 
 from zerolab.errors import UserError
 from zerolab.grading import validate, validate_report
-from zerolab.grading.variants import equivalents
+from zerolab.grading.variants import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = '''def area(radius):
@@ -118,7 +118,20 @@ def test_a_broken_allowlist_says_which_fields_it_needs(tmp_path):
     bad = tmp_path / "x.equivalent.toml"
     bad.write_text('[[equivalent]]\nexercise = "ex1_area"\n')
     with pytest.raises(UserError, match="exercise, mutant .* and reason"):
-        equivalents(bad)
+        settings(bad)
+    bad.write_text("max_mutants = 0\n")
+    with pytest.raises(UserError, match="max_mutants must be a whole number"):
+        settings(bad)
+
+
+def test_a_course_sample_spreads_over_the_mutants_and_says_so(tmp_path):
+    course = toy_course(tmp_path, allowlist="max_mutants = 3\n")
+    result = validate.validate_lesson(course, "toy", runs=1)
+    (exercise,) = result["exercises"]
+    assert len(rows(result, "mutant")) == 3 and exercise["mutants_made"] > 6
+    assert result["sample_by"] == "course" and "at most 3 mutants per exercise" in validate_report.markdown(result)
+    lines = [int(row["label"].split(":")[0].split()[1]) for row in rows(result, "mutant")]
+    assert lines == sorted(lines) and lines[0] < lines[-1]
 
 
 def test_the_command_names_the_lessons_when_given_a_wrong_one():
@@ -167,7 +180,7 @@ def test_the_committed_report_is_fresh_complete_and_meets_the_bar(lesson):
         f"autograder/validation/{lesson}.json is stale: run `zerolab grade validate {lesson}` and commit it"
     from zerolab.grading.variants import exercises
     assert [e["grade_id"] for e in report["exercises"]] == [grade_id for grade_id, _, _ in exercises(source_nb)]
-    assert not report.get("sample") and report["runs"] >= 5 and not report["stale_equivalents"]
+    assert report.get("sample_by") in (None, "course") and report["runs"] >= 5 and not report["stale_equivalents"]
     assert validate_report.below_bar(report) == []
     assert (REPORTS / f"{lesson}.md").read_text() == validate_report.markdown(report)
 

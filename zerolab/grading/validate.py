@@ -64,14 +64,12 @@ def run(args):
         result = validate_lesson(course, lesson, only=args.exercise, runs=args.runs, max_mutants=args.max_mutants,
                                  jobs=args.jobs)
         result["seconds"] = round(time.perf_counter() - started, 1)
-        if args.max_mutants:
-            result["sample"] = args.max_mutants
         paths = validate_report.write(result, out)
         below += [f"{lesson} {name}" for name in validate_report.below_bar(result)]
         print(f"{lesson}: {validate_report.summary_line(result)}  ->  {paths[0]}")
     if not args.exercise and not args.max_mutants:  # the index of every full report in the folder
         reports = [json.loads(path.read_text()) for path in sorted(out.glob("*.json"))]
-        (out / "README.md").write_text(validate_report.index([r for r in reports if not r.get("sample")]))
+        (out / "README.md").write_text(validate_report.index([r for r in reports if r.get("sample_by") != "you"]))
     if below:
         print("below the bar: " + ", ".join(below), file=sys.stderr)
         return 1
@@ -94,16 +92,20 @@ def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1,
     from zerolab.grading import variants as variant_lib
 
     source_nb = nbformat.read(str(course / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
-    allowlist = variant_lib.equivalents(course / "src" / f"{lesson}.equivalent.toml")
+    allowlist, course_sample = variant_lib.settings(course / "src" / f"{lesson}.equivalent.toml")
+    sample_by = "you" if max_mutants else "course" if course_sample else None
+    max_mutants = max_mutants or course_sample
     written = variant_lib.handwritten(course.parent, lesson)
     chosen = [e for e in variant_lib.exercises(source_nb) if not only or e[0] in only]
     if only and len(chosen) != len(set(only)):
         known = ", ".join(e[0] for e in variant_lib.exercises(source_nb))
         raise UserError(f"--exercise names none of {lesson}'s exercises in part; they are: {known}")
-    exercises = {}
+    exercises, made = {}, {}
     for grade_id, solution_index, test_index in chosen:
         solution, test = source_nb.cells[solution_index], source_nb.cells[test_index]
-        mutated = _sample(variant_lib.mutant_variants(solution.source), max_mutants)
+        every = variant_lib.mutant_variants(solution.source)
+        made[grade_id] = len(every)
+        mutated = _sample(every, max_mutants)
         listed = [variant_lib.Variant("reference", solution.source, "pass", "reference solution")] * runs
         listed += [variant_lib.Variant("blank", variant_lib.blank(solution), "fail", "blank release")]
         listed += written.get(grade_id, []) + mutated
@@ -112,6 +114,10 @@ def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1,
             {mutant: reason for (exercise, mutant), reason in allowlist.items() if exercise == grade_id})
     outcomes = _run_plan(source_nb, chosen, exercises, jobs, lesson, timeout_floor)
     result = _result(course, lesson, source_nb, exercises, outcomes, runs)
+    if sample_by:
+        result.update(sample=max_mutants, sample_by=sample_by)
+        for exercise in result["exercises"]:
+            exercise["mutants_made"] = made[exercise["grade_id"]]
     seen = {(e["grade_id"], r["label"]) for e in result["exercises"] for r in e["variants"] if r["kind"] == "mutant"}
     result["stale_equivalents"] = [f"{exercise}: {mutant}" for exercise, mutant in allowlist
                                    if exercise in exercises and (exercise, mutant) not in seen and not max_mutants]

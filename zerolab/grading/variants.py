@@ -89,16 +89,22 @@ def _load(path):
     return module
 
 
-def equivalents(path):
-    """{(exercise, mutant diff): reason} from the instructor's allowlist, a TOML file of [[equivalent]] tables."""
+def settings(path):
+    """The instructor's validation settings of a lesson (autograder/src/LESSON.equivalent.toml): the equivalent
+    mutants, {(exercise, mutant diff): reason}, from its [[equivalent]] tables, and max_mutants, a sample size
+    per exercise for a lesson whose every mutant costs real ranks (None: every mutant)."""
     if not path.exists():
-        return {}
+        return {}, None
     try:
-        entries = tomllib.loads(path.read_text()).get("equivalent", [])
-        return {(entry["exercise"], entry["mutant"]): entry["reason"] for entry in entries}
+        data = tomllib.loads(path.read_text())
+        equivalent = {(entry["exercise"], entry["mutant"]): entry["reason"] for entry in data.get("equivalent", [])}
     except (tomllib.TOMLDecodeError, KeyError, TypeError) as problem:
         raise UserError(f"{path}: every [[equivalent]] needs exercise, mutant (the diff as the report prints it) "
                         f"and reason: {problem}") from None
+    limit = data.get("max_mutants")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise UserError(f"{path}: max_mutants must be a whole number of mutants per exercise, at least 1")
+    return equivalent, limit
 
 
 def _first_line(text):
