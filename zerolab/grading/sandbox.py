@@ -65,15 +65,19 @@ def python_paths(exclude):
     return sorted(keep)
 
 
-def built_ops():
-    """Folders of the JIT ops (DeepSpeed's) this machine has compiled, in its torch extensions cache. Each sandboxed
+# The ops copied: DeepSpeed's shm comm op (1 MB), which every CPU rank builds when distributed starts. CPU Adam
+# (50 MB, only with optimizer offload) would take most of a small disk cap (the hostile corpus grades with 64 MiB).
+SEEDED_OPS = ("deepspeed_shm_comm",)
+
+
+def built_ops(names=SEEDED_OPS):
+    """Folders of the JIT ops among `names` this machine has compiled, in its torch extensions cache. Each sandboxed
     kernel gets a copy: its cache would be empty, and every graded notebook that starts CPU ranks would compile
     DeepSpeed's shm comm op again, a minute or more on 2 cores (minutes when loaded), inside the per-cell cap."""
     from zerolab.run.op_cache import build_directory
 
-    root = Path(build_directory("deepspeed_shm_comm")).parent
-    return sorted(str(op) for op in root.iterdir()
-                  if (op / f"{op.name}.so").is_file() and not (op / "lock").exists())
+    folders = [Path(build_directory(name)) for name in names]
+    return [str(op) for op in folders if (op / f"{op.name}.so").is_file() and not (op / "lock").exists()]
 
 
 def _overlaps(a, b):
