@@ -10,8 +10,12 @@ c.CourseDirectory.course_id = COURSE_ID
 
 # Grading runs every notebook in a fresh python3 kernel, whatever kernel the submission names.
 c.Execute.kernel_name = "python3"
-# Seconds per cell for plain `nbgrader autograde`. Lesson cells take seconds; real-run cells skip while grading
-# (NBGRADER_EXECUTION is set), so a cell that runs this long is a student's endless loop.
+# Seconds per cell for plain `nbgrader autograde`. Lesson cells take seconds and real-run cells skip while grading
+# (NBGRADER_EXECUTION is set), except the test cells that start DeepSpeed ranks themselves: lesson 09's exercise 5
+# (a 2-rank save, ds_to_universal, a 3-rank resume) took 74 s under `zerolab grade` at a load average of 15 on 2
+# cores, 20-30 s idle. That fits only because no rank compiles DeepSpeed's shm comm op: its build (1-7 min on 2
+# cores) is done once by scripts/setup.sh, and `zerolab grade` copies it into each sandboxed kernel's /tmp.
+# Longer than this, a cell is a student's endless loop.
 c.Execute.timeout = 120
 
 # Caps for `zerolab grade`, which runs each student's kernel in a sandbox (README, "Instructor guide").

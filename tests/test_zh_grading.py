@@ -53,6 +53,17 @@ def read(path):
     return nbformat.read(str(path), as_version=4)
 
 
+def why(course, name, row):
+    """The grades.csv row and the errors of the student's graded cells, so a failure explains itself."""
+    path = course / "autograded" / row["student"] / name / f"{name}.ipynb"
+    if not path.exists():
+        return f"{row}\n(no autograded notebook)"
+    errors = [f"{cell.metadata['nbgrader']['grade_id']}: {out.ename}: {out.evalue[:300]}"
+              for cell in read(path).cells if cell.metadata.get("nbgrader", {}).get("grade")
+              for out in cell.get("outputs", []) if out.output_type == "error"]
+    return "\n".join([str(row), *errors])
+
+
 @pytest.mark.parametrize("name", LESSONS)
 def test_chinese_and_english_submissions_are_graded_alike(tmp_path, name):
     submissions = {"en_solved": read(ROOT / "solutions" / f"{name}.ipynb"),
@@ -66,8 +77,8 @@ def test_chinese_and_english_submissions_are_graded_alike(tmp_path, name):
     course = course_with(tmp_path, name, submissions)
     rows = grade(course, name)
     top = float(rows["en_solved"]["max_score"])
-    assert top > 0 and float(rows["en_solved"]["score"]) == top, rows["en_solved"]
-    assert float(rows["zh_solved"]["score"]) == top, rows["zh_solved"]
+    assert top > 0 and float(rows["en_solved"]["score"]) == top, why(course, name, rows["en_solved"])
+    assert float(rows["zh_solved"]["score"]) == top, why(course, name, rows["zh_solved"])
     assert float(rows["zh_untouched"]["score"]) == 0, rows["zh_untouched"]
     if wrong:
         autograded = read(course / "autograded" / "zh_wrong" / name / f"{name}.ipynb")

@@ -16,6 +16,8 @@ from zerolab import i18n
 from zerolab.grading.uids import BASE_UID  # noqa: F401 (grading uids: see uids.allocate)
 SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "DS_ACCELERATOR", "MPLBACKEND", "OMP_NUM_THREADS")
+# The kernel's torch extensions cache, in its private /tmp; diskcap seeds it with this machine's built ops.
+TORCH_EXTENSIONS_DIR = "/tmp/torch_extensions"
 
 
 def probe():
@@ -61,6 +63,21 @@ def python_paths(exclude):
             continue  # already there
         keep.add(path)
     return sorted(keep)
+
+
+# The ops copied: DeepSpeed's shm comm op (1 MB), which every CPU rank builds when distributed starts. CPU Adam
+# (50 MB, only with optimizer offload) would take most of a small disk cap (the hostile corpus grades with 64 MiB).
+SEEDED_OPS = ("deepspeed_shm_comm",)
+
+
+def built_ops(names=SEEDED_OPS):
+    """Folders of the JIT ops among `names` this machine has compiled, in its torch extensions cache. Each sandboxed
+    kernel gets a copy: its cache would be empty, and every graded notebook that starts CPU ranks would compile
+    DeepSpeed's shm comm op again, a minute or more on 2 cores (minutes when loaded), inside the per-cell cap."""
+    from zerolab.run.op_cache import build_directory
+
+    folders = [Path(build_directory(name)) for name in names]
+    return [str(op) for op in folders if (op / f"{op.name}.so").is_file() and not (op / "lock").exists()]
 
 
 def _overlaps(a, b):
@@ -118,6 +135,7 @@ def command(kernel_argv, *, uid, workdir, scratch, ipc_dir, read_only, workdir_s
     # The kernel cannot read its notebook here, so it is told the edition's language (zerolab/i18n.py).
     argv += ["--setenv", "ZEROLAB_LANG", i18n.folder_language(workdir)]
     argv += ["--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/.matplotlib",
+             "--setenv", "TORCH_EXTENSIONS_DIR", TORCH_EXTENSIONS_DIR,
              "--setenv", "IPYTHONDIR", "/tmp/.ipython", "--setenv", "MALLOC_ARENA_MAX", "2"]
     argv += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--", *_drop_to(uid), *kernel_argv]
     return argv
