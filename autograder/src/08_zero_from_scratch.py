@@ -902,6 +902,13 @@ from zerolab.handmade import mixed as _mixed
 
 _ranks = _mixed.mixed_precision(ranks=3, steps=5, max_grad_norm=0.05,
                                 hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1})
+# A norm far below max_grad_norm, and an eps large enough that Adam's step follows the gradient's scale.
+try:
+    _mixed.mixed_precision(ranks=2, steps=2, max_grad_norm=50.0,
+                           hyper={"lr": 1e-2, "betas": [0.9, 0.99], "eps": 0.1, "weight_decay": 0.0})
+except AssertionError:
+    raise AssertionError("clipping that rescales: when the global norm is already below max_grad_norm, clipping "
+                         "leaves the gradient as it is (it only ever scales down)") from None
 ### END HIDDEN TESTS
 
 # %% [markdown]

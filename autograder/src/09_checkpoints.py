@@ -545,6 +545,17 @@ with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder:
         f"wrong type: prepare_resume(...) should return a ds_config dict, got {type(_resume_config).__name__}"
     assert _os.path.isfile(_os.path.join(_universal_dir, "latest_universal")), \
         "missing file: universal_dir has no latest_universal; convert the tag folder into universal_dir/<tag>"
+    ### BEGIN HIDDEN TESTS
+    import json as _json
+
+    _tag = open(_os.path.join(_saved_dir, "latest")).read().strip()
+    assert not _os.path.exists(_os.path.join(_universal_dir, _tag, "tmp")), \
+        "leftover files: ds_to_universal's scratch folder tmp is still in universal_dir/<tag>; let it delete it"
+    _given = _config(stage=2)
+    _before = _json.dumps(_given, sort_keys=True)
+    _quietly(prepare_resume, _saved_dir, _os.path.join(_folder, "universal_again"), _given)
+    assert _json.dumps(_given, sort_keys=True) == _before, "changed input: return a copy and leave config as it was"
+    ### END HIDDEN TESTS
     try:
         _resumed = _quietly(_resume, _resume_config, _universal_dir, ranks=3, steps=1, model=_SMALL)
     except _RunFailed as _failure:
