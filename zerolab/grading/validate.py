@@ -10,8 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import nbformat
-
 from zerolab.errors import UserError
 
 DESCRIPTION = """Validate the hidden tests of LESSON (or of every lesson with --all): for each graded exercise,
@@ -89,6 +87,8 @@ def _lessons(course, args):
 
 def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1, timeout_floor=None):
     """Every variant of every chosen exercise through its tests; the result the report is written from."""
+    import nbformat
+
     from zerolab.grading import variants as variant_lib
 
     source_nb = nbformat.read(str(course / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
@@ -207,6 +207,7 @@ def _progress(lesson, results, total, shown):
 
 
 def _result(course, lesson, source_nb, exercises, outcomes, runs):
+    import nbformat
     from nbgrader.utils import determine_grade
 
     result = {"lesson": lesson, "runs": runs, "source_digest": source_digest(course, lesson, source_nb), "exercises": []}
