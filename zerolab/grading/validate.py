@@ -3,6 +3,7 @@ hand-written wrong and right answers, the blank release and repeated runs of the
 exercise's tests (visible and hidden), and the report says what got through."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,9 +97,10 @@ def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1,
     sample_by = "you" if max_mutants else "course" if course_sample else None
     max_mutants = max_mutants or course_sample
     written = variant_lib.handwritten(course.parent, lesson)
-    chosen = [e for e in variant_lib.exercises(source_nb) if not only or e[0] in only]
+    found = variant_lib.exercises(source_nb)
+    chosen = [e for e in found if not only or e[0] in only]
     if only and len(chosen) != len(set(only)):
-        known = ", ".join(e[0] for e in variant_lib.exercises(source_nb))
+        known = ", ".join(e[0] for e in found)
         raise UserError(f"--exercise names a grade id that is not one of {lesson}'s exercises; they are: {known}")
     exercises, made = {}, {}
     for grade_id, solution_index, test_index in chosen:
@@ -112,7 +114,8 @@ def validate_lesson(course, lesson, only=None, runs=5, max_mutants=None, jobs=1,
         exercises[grade_id] = variant_lib.Exercise(
             grade_id, float(test.metadata["nbgrader"]["points"]), solution, test, listed,
             {mutant: reason for (exercise, mutant), reason in allowlist.items() if exercise == grade_id})
-    outcomes = _run_plan(source_nb, chosen, exercises, jobs, lesson, timeout_floor)
+    tests = {test_index for _, _, test_index in found}
+    outcomes = _run_plan(source_nb, chosen, tests, exercises, jobs, lesson, timeout_floor)
     result = _result(course, lesson, source_nb, exercises, outcomes, runs)
     if sample_by:
         result.update(sample=max_mutants, sample_by=sample_by)
@@ -131,10 +134,10 @@ def _sample(listed, limit):
     return [listed[int(i * step)] for i in range(limit)]
 
 
-def _run_plan(source_nb, chosen, exercises, jobs, lesson, timeout_floor):
-    """One forkrun process for the lesson: cells in order, each chosen exercise's variants forked at its place."""
+def _run_plan(source_nb, chosen, tests, exercises, jobs, lesson, timeout_floor):
+    """One forkrun process for the lesson: cells in order (every exercise's test cell, `tests`, left out), each
+    chosen exercise's variants forked at its place."""
     solution_at = {solution_index: grade_id for grade_id, solution_index, _ in chosen}
-    tests = {index for _, _, index in _all_exercises(source_nb)}
     last = max(test_index for _, _, test_index in chosen)
     steps = []
     for index, cell in enumerate(source_nb.cells[:last + 1]):
@@ -175,7 +178,6 @@ def _run_plan(source_nb, chosen, exercises, jobs, lesson, timeout_floor):
     if process.returncode != 0 or len(outcomes) < total:
         raise UserError(f"validating {lesson} stopped after {len(outcomes)} of {total} variants "
                         f"(exit status {process.returncode}): {''.join(errors)[-2000:]}")
-    import shutil
     shutil.rmtree(work, ignore_errors=True)
     return outcomes
 
@@ -191,11 +193,6 @@ def imported_modules(source):
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
     return sorted(set(names))
-
-
-def _all_exercises(source_nb):
-    from zerolab.grading.variants import exercises
-    return exercises(source_nb)
 
 
 def _progress(lesson, results, total, shown):
