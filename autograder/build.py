@@ -264,6 +264,18 @@ def build(names, out, execute=True, log=print, publish_url=None):
     (out / "README.md").write_text(readme_with_lesson_map((ROOT / "README.md").read_text()))
     (out / "README.zh.md").write_text(with_lesson_map((ROOT / "README.zh.md").read_text(), README_ZH_MAP, "",
                                                       course.lesson_map_zh(), "README.zh.md"))
+    with tempfile.TemporaryDirectory(prefix="zerolab-build-runs-") as runs:
+        # Both editions' teaching cells start the same real runs: the Chinese edition gets a copy of the English
+        # edition's (zerolab.run.run_cache), so the two executed solutions show the same measurements.
+        given = os.environ.get("ZEROLAB_RUN_CACHE")
+        os.environ["ZEROLAB_RUN_CACHE"] = given or runs
+        try:
+            _build_editions(names, out, execute, log)
+        finally:
+            os.environ.pop("ZEROLAB_RUN_CACHE") if given is None else os.environ.update(ZEROLAB_RUN_CACHE=given)
+
+
+def _build_editions(names, out, execute, log):
     for language in course.LANGUAGES:
         sources = {name: source_notebook(name, language) for name in names}
         if language == "en":  # the nbgrader assignment: one for both editions

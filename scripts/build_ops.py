@@ -3,8 +3,9 @@
     DS_ACCELERATOR=cpu python scripts/build_ops.py      (scripts/setup.sh runs this)
 
 The ops are DeepSpeed's shared-memory communication op (used by every CPU run) and CPU Adam (used with optimizer
-offload). Each is compiled with g++ and ninja on first use and cached in ~/.cache/torch_extensions (or
-$TORCH_EXTENSIONS_DIR); an op already cached loads in a second. A line every 15 s shows the build is alive.
+offload). Each is compiled with g++ and ninja on first use and cached in this virtual environment's own folder,
+.venv/torch_extensions (zerolab.tools.own_extensions_root; $TORCH_EXTENSIONS_DIR overrides it), so another
+checkout's venv never rebuilds it; an op already cached loads in a second. A line every 15 s shows the build is alive.
 `bash scripts/setup.sh` runs it in the background (log: .venv/build_ops.log); a run that needs an op meanwhile
 waits for this build (torch's lock in the op's folder) and shows its progress (zerolab/run/progress.py).
 """
@@ -49,10 +50,11 @@ def build(name):
 
 def main():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    from zerolab.run.op_locks import clear_stale_locks
+    import zerolab  # noqa: F401 (sets TORCH_EXTENSIONS_DIR to this venv's own op folder)
+    from zerolab.run.op_locks import clear_orphaned_locks
 
-    for lock in clear_stale_locks():
-        print(f"build_ops: removed a stale build lock left by a killed build: {lock}", flush=True)
+    for lock in clear_orphaned_locks():
+        print(f"build_ops: removed a build lock that no process holds (left by a killed build): {lock}", flush=True)
     total = sum(build(name) for name in OPS)
     print(f"build_ops: both ops ready in {total:.0f} s (cached: later runs start at once)", flush=True)
     return 0

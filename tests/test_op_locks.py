@@ -1,32 +1,50 @@
-"""A build lock left by a killed DeepSpeed op build is removed; a fresh one (a build under way) is kept."""
+"""A DeepSpeed op build lock is removed only when no process holds it, however old it is; one a live build holds is
+kept, however old it looks. Locks are taken with torch's own FileBaton, as a build takes them."""
 import os
+import subprocess
+import sys
 import time
 
-from zerolab.run.op_locks import clear_stale_locks
+from zerolab.run.op_locks import clear_orphaned_locks, holders
+
+# What torch does when a build begins: take the baton, then work (here: wait for stdin to close).
+HOLD = ("import sys\nfrom torch.utils.file_baton import FileBaton\nbaton = FileBaton(sys.argv[1])\n"
+        "assert baton.try_acquire()\nprint('held', flush=True)\nsys.stdin.read()\n")
 
 
-def lock_at(root, op, age_s):
+def lock_in(root, op):
     folder = root / "py311_cpu" / op
     folder.mkdir(parents=True)
-    lock = folder / "lock"
-    lock.touch()
-    then = time.time() - age_s
-    os.utime(lock, (then, then))
-    return lock
+    return folder / "lock"
 
 
-def test_an_old_lock_is_removed_and_a_fresh_one_kept(tmp_path):
-    stale = lock_at(tmp_path, "cpu_adam", 3600)
-    building = lock_at(tmp_path, "deepspeed_shm_comm", 5)
-    assert clear_stale_locks(tmp_path, min_age_s=120, building=lambda: False) == [stale]
-    assert not stale.exists() and building.exists()
+def age(path, seconds):
+    then = time.time() - seconds
+    os.utime(path, (then, then))
 
 
-def test_nothing_is_removed_while_a_build_runs(tmp_path):
-    stale = lock_at(tmp_path, "cpu_adam", 3600)
-    assert clear_stale_locks(tmp_path, min_age_s=120, building=lambda: True) == []
-    assert stale.exists()
+def test_a_lock_a_live_build_holds_is_kept_however_old_and_removed_once_its_owner_is_gone(tmp_path):
+    lock = lock_in(tmp_path, "cpu_adam")
+    build = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert build.stdout.readline() == "held\n"
+        age(lock, 3 * 3600)  # three hours: a build on a loaded machine, or another checkout's
+        assert holders(lock) == {build.pid}
+        assert clear_orphaned_locks(tmp_path) == [] and lock.exists(), "a live build's lock was removed"
+    finally:
+        build.kill()
+        build.wait()
+    assert holders(lock) == set()
+    assert clear_orphaned_locks(tmp_path) == [lock] and not lock.exists()
+
+
+def test_an_orphaned_lock_is_removed_however_young(tmp_path):
+    lock = lock_in(tmp_path, "deepspeed_shm_comm")
+    lock.touch()  # left by a build killed a second ago: nobody holds it
+    assert clear_orphaned_locks(tmp_path) == [lock]
 
 
 def test_a_missing_cache_is_nothing_to_do(tmp_path):
-    assert clear_stale_locks(tmp_path / "absent") == []
+    assert clear_orphaned_locks(tmp_path / "absent") == []
+    assert holders(tmp_path / "absent" / "lock") == set()

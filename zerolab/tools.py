@@ -6,6 +6,7 @@ these two helpers.
 """
 import os
 import sys
+from pathlib import Path
 
 
 def python_module(module, *args):
@@ -29,6 +30,31 @@ def env_with_interpreter_bin(env=None):
     parts = [part for part in env.get("PATH", os.defpath).split(os.pathsep) if part and part != folder]
     env["PATH"] = os.pathsep.join([folder, *parts])
     return env
+
+
+def own_extensions_root():
+    """Where this environment keeps DeepSpeed's JIT-compiled ops: `<venv>/torch_extensions` for a virtual
+    environment's python, else None (torch's own default, ~/.cache/torch_extensions: Colab, a system python).
+
+    torch caches every op in one folder per user, and the build command names the interpreter's own torch. Two
+    checkouts with a venv each (a course copy and a grading copy, a developer's tree and a CI clone) then see each
+    other's builds as stale and recompile them in turn, minutes each on 2 cores. One folder per venv ends that."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    return Path(sys.prefix) / "torch_extensions"
+
+
+def keep_ops_per_environment():
+    """Point TORCH_EXTENSIONS_DIR at own_extensions_root() unless it is set already. zerolab's import calls this,
+    so the lessons' kernels, every rank and tool zerolab starts, and grading's op seeding all use one folder."""
+    own = own_extensions_root()
+    if own is not None and not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(own)
+
+
+def extensions_root():
+    """Where torch caches JIT-built ops now: $TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
 
 
 def poll_shell_in_slices(client, slice_s=1.0):

@@ -269,17 +269,18 @@ for _params in (123_456_789, 70_000_000_000):
 # stopped at the end, also when one fails or you interrupt the kernel.
 #
 # The runs use two compiled DeepSpeed ops, its shared-memory communication op and CPU Adam (for optimizer
-# offload). `bash scripts/setup.sh` compiles them once (1-3 minutes each on 2 cores) and caches them in
-# `~/.cache/torch_extensions`; where they are not built yet (Colab, ModelScope) the first run compiles them and
+# offload). `bash scripts/setup.sh` compiles them once (1-3 minutes each on 2 cores) and caches them in the
+# virtual environment's own folder, `.venv/torch_extensions`; where they are not built yet (Colab, ModelScope,
+# `~/.cache/torch_extensions` there) the first run compiles them and
 # its progress line shows the time so far. Each run prints its configuration first. These cells skip themselves
 # while nbgrader grades.
 
-# %% [markdown] lang="zh" en="5ff3b53b710f"
+# %% [markdown] lang="zh" en="3c53d62793c9"
 # ## 4. 实测
 #
 # `run_in_notebook` 为每个 rank 启动一个进程（它自己设置 `RANK`、`WORLD_SIZE`、`MASTER_ADDR`、`MASTER_PORT` 并挑一个空闲端口，所以不需要 `deepspeed` 启动器），用 `deepspeed.initialize` 把这个小 GPT 训练几步，然后从每个 rank 的引擎中读出它实际持有什么。结束时所有 rank 都会被停掉，即使某个 rank 失败或你中断了 kernel 也一样。
 #
-# 这些运行要用到 DeepSpeed 的两个编译好的算子：共享内存通信算子和 CPU Adam（用于优化器卸载）。`bash scripts/setup.sh` 会把它们各编译一次（在 2 核上每个 1-3 分钟），并缓存到 `~/.cache/torch_extensions`；在还没编译过的地方（Colab、ModelScope），第一次运行时会编译它们，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。
+# 这些运行要用到 DeepSpeed 的两个编译好的算子：共享内存通信算子和 CPU Adam（用于优化器卸载）。`bash scripts/setup.sh` 会把它们各编译一次（在 2 核上每个 1-3 分钟），并缓存到虚拟环境自己的文件夹 `.venv/torch_extensions`；在还没编译过的地方（Colab、ModelScope，那里缓存在 `~/.cache/torch_extensions`），第一次运行时会编译它们，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。
 
 # %%
 SETUPS = [(1, "none", "none"), (3, "none", "none"), (2, "cpu", "none")]  # add (3, "cpu", "cpu") and others

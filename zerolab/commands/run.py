@@ -23,7 +23,8 @@ world size, the difference, and a note where the two differ by design. Peak memo
 
 CPU ranks use gloo and bf16 by default (DeepSpeed's CPU accelerator; fp16 needs oneDNN fp16 kernels);
 GPU ranks use NCCL and fp16. Offloading the optimizer makes DeepSpeed compile its CPU Adam op on first use
-(1-3 minutes on 2 cores, then cached in ~/.cache/torch_extensions or $TORCH_EXTENSIONS_DIR); the
+(1-3 minutes on 2 cores, then cached in the virtual environment's own torch_extensions folder, or
+~/.cache/torch_extensions outside one; $TORCH_EXTENSIONS_DIR overrides both); the
 progress lines say so.
 
 examples:

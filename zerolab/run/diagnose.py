@@ -17,11 +17,12 @@ class RunTimeout(RunFailed):
 
 CPU_ADAM_FIX = ("DeepSpeed could not build its C++ CPU Adam op (needed by offload_optimizer). Install a C++ "
                 "compiler and ninja (Debian/Ubuntu: apt-get install g++; pip install ninja), then clear a stale "
-                "build with `rm -rf ~/.cache/torch_extensions` (or point TORCH_EXTENSIONS_DIR at a fresh folder) "
-                "and run again")
+                "build from this environment's op cache, TORCH_EXTENSIONS_DIR (zerolab sets it to the virtual "
+                "environment's torch_extensions folder; ~/.cache/torch_extensions outside one), and run again")
 OP_BUILD_FIX = ("DeepSpeed could not compile one of its C++ ops. Install a C++ compiler and ninja "
-                "(apt-get install g++; pip install ninja), clear ~/.cache/torch_extensions (or set "
-                "TORCH_EXTENSIONS_DIR to a fresh folder) and run again")
+                "(apt-get install g++; pip install ninja), clear this environment's op cache, "
+                "TORCH_EXTENSIONS_DIR (.venv/torch_extensions in a virtual environment, else "
+                "~/.cache/torch_extensions), and run again")
 MEMORY_FIX = ("the rank ran out of memory. Free memory per rank by: a higher ZeRO stage (partitions more state), "
               "offload_optimizer / offload_param to cpu, a smaller train_micro_batch_size_per_gpu, fewer ranks "
               "on this machine, or a smaller model")

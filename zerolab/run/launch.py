@@ -22,7 +22,7 @@ import time
 import psutil
 
 from zerolab.run.diagnose import RunFailed, RunTimeout, explain_failure
-from zerolab.run.op_locks import clear_stale_locks
+from zerolab.run.op_locks import clear_orphaned_locks
 from zerolab.run.worker import EVENT_PREFIX
 from zerolab.tools import env_with_interpreter_bin
 
@@ -37,9 +37,18 @@ def free_port():
 
 
 def launch(job, ranks, timeout=600, on_event=None, on_tick=None, worker="zerolab.run.worker"):
-    """Run ``job`` (config, model, steps, device) on ``ranks`` processes of ``worker``; return each rank's result."""
-    for lock in clear_stale_locks():
-        print(f"zerolab: removed a stale DeepSpeed op build lock left by a killed build: {lock}", file=sys.stderr)
+    """Run ``job`` (config, model, steps, device) on ``ranks`` processes of ``worker``; return each rank's result.
+    With $ZEROLAB_RUN_CACHE set (never while grading), an identical job's results come from there
+    (zerolab.run.run_cache)."""
+    from zerolab.run.run_cache import through_cache
+
+    return through_cache(job, ranks, worker,
+                         lambda job, on_event: _launch(job, ranks, timeout, on_event, on_tick, worker), on_event)
+
+
+def _launch(job, ranks, timeout, on_event, on_tick, worker):
+    for lock in clear_orphaned_locks():
+        print(f"zerolab: removed a DeepSpeed op build lock that no process holds (left by a killed build): {lock}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="zerolab-run-") as result_dir:
         job = dict(job, result_dir=result_dir)
         job_path = os.path.join(result_dir, "job.json")

@@ -1,0 +1,83 @@
+"""Two checkouts on one machine, each with its own virtual environment, never rebuild or unlock each other's ops.
+
+The second venv here is a real one (`python -m venv`) whose site-packages links to this one's packages: its torch
+then lives at another path, as a second checkout's does, so torch's build command for an op differs from ours.
+With one shared op cache (~/.cache/torch_extensions) each venv saw the other's build as stale and compiled the op
+again, and one venv's build lock was removed as "stale" by the other while its build was running.
+"""
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from zerolab.run.op_locks import clear_orphaned_locks, holders
+from zerolab.tools import env_with_interpreter_bin, own_extensions_root
+
+pytestmark = pytest.mark.slow
+OP = "ShareMemCommBuilder"  # DeepSpeed's shm comm op: every CPU run loads it, and it is the quicker one to build
+# Loads the op the way a rank does and says where it lives and whether this load compiled it.
+PROBE = f"""import json, os, time
+os.environ['DS_ACCELERATOR'] = 'cpu'
+import zerolab
+from deepspeed.accelerator import get_accelerator
+from zerolab.run import op_cache
+builder = get_accelerator().create_op_builder('{OP}')
+started = time.time()
+builder.load(verbose=False)
+print(json.dumps({{'folder': op_cache.build_directory(builder.NAME), 'name': builder.NAME,
+                  'compiled': op_cache.compiled_after(builder.NAME, started)}}))
+"""
+
+
+def second_venv(base):
+    """A venv at `base` whose site-packages holds a link to each of this venv's packages (zerolab included)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = next((base / "lib").glob("python3*/site-packages"))
+    for entry in ours.iterdir():
+        (theirs / entry.name).symlink_to(entry)
+    return base / "bin" / "python"
+
+
+def probe(python, **popen):
+    env = env_with_interpreter_bin()
+    env.pop("TORCH_EXTENSIONS_DIR", None)  # each interpreter picks its own, as a fresh shell's would
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env["PATH"]])  # its own bin first, then ninja's
+    return subprocess.Popen([str(python), "-c", PROBE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+
+
+def result(process):
+    out, err = process.communicate(timeout=1200)
+    assert process.returncode == 0, err[-3000:]
+    import json
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_each_venv_builds_its_own_op_once_and_never_touches_the_others(tmp_path):
+    if own_extensions_root() is None:
+        pytest.skip("the suite runs outside a virtual environment: there is no venv of its own to keep ops in")
+    ours = result(probe(sys.executable))  # setup.sh built it: loads from the cache (or builds it once, here)
+    assert Path(ours["folder"]).is_relative_to(own_extensions_root())
+    library = Path(ours["folder"]) / f"{ours['name']}.so"
+    built_at = library.stat().st_mtime
+
+    other = second_venv(tmp_path / "other-venv")
+    their_root = tmp_path / "other-venv" / "torch_extensions"
+    build = probe(other)  # a new venv: its first load compiles, into its own folder
+    lock = their_root / ours["name"] / "lock"
+    while not lock.exists() and build.poll() is None:
+        time.sleep(0.1)
+    assert lock.exists(), "the other venv's build never took a lock in its own folder"
+    assert build.pid in (holders(lock) or set())
+    assert clear_orphaned_locks(their_root) == [] and lock.exists(), "a live build's lock was removed"
+    theirs = result(build)
+    assert theirs["compiled"] and Path(theirs["folder"]).is_relative_to(tmp_path / "other-venv")
+
+    assert library.stat().st_mtime == built_at, "the other venv's build replaced this venv's op"
+    assert not result(probe(sys.executable))["compiled"], "this venv compiled its op again after the other's build"
+    assert not result(probe(other))["compiled"], "the other venv compiled its op again"
