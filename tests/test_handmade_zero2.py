@@ -205,12 +205,11 @@ def release_cell(grade_id):
     return next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("grade_id", [ZERO2, MIXED])
-def test_the_untouched_release_fails_with_the_stub_named(grade_id):
+def test_the_untouched_release_fails_at_once_with_the_stub_named_and_no_rank_started(grade_id):
     from zerolab.handmade import mixed, zero2
 
     check = zero2.zero2_hooks if grade_id == ZERO2 else mixed.mixed_precision
-    with pytest.raises(AssertionError, match=r"raised NotImplementedError at line \d+ of your cell"):
+    with pytest.raises(AssertionError, match=r"^not answered yet: \w+ still ends in raise NotImplementedError\(\)"):
         check(2, cell=release_cell(grade_id))
     assert not psutil.Process().children(recursive=True), "a rank outlived its run"

@@ -29,12 +29,31 @@ def off_limits(defines, forbidden, allowed=(), exercise="this exercise", instead
                namespace=None):
     """AssertionError naming the off-limits function the cell that defines ``defines`` uses; None when it uses none
     (or when there is no kernel to read the cell from)."""
+    _refuse_stub(defines, exercise, history)
     used = used_off_limits(defines, forbidden, allowed, earlier, history, namespace)
     if used is None:
         return None
     message = tr(f"off limits: {exercise} asks you to work it out, so the cell that defines {defines} may not use "
                  f"{used}")
     raise AssertionError(message + (f"; {tr(instead)}" if instead else ""))
+
+
+def _refuse_stub(defines, exercise, history):
+    """AssertionError at once when the learner's cell still holds the release's stub: the test need not run first
+    (lesson 09's tests save a checkpoint on real ranks before they call the learner's function)."""
+    from zerolab.handmade.source import not_answered_message, unanswered
+
+    if history is None:
+        shell = _shell()
+        history = list(shell.history_manager.input_hist_raw) if shell is not None else None
+    if history is None:
+        return
+    try:
+        text = cell_defining(defines, history)
+    except SourceMissing:
+        return  # used_off_limits says so
+    if unanswered(defines, text):
+        raise AssertionError(not_answered_message(defines, exercise))
 
 
 def used_off_limits(defines, forbidden, allowed=(), earlier=(), history=None, namespace=None):

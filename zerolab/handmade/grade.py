@@ -35,6 +35,8 @@ def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None, groups=Non
 def learner_cell(name, cell=None):
     """The learner's cell that defines ``name``; AssertionError (scored 0) when it calls a ready-made ZeRO."""
     text = cell if cell is not None else source.cell_defining(name)
+    if source.unanswered(name, text):
+        raise AssertionError(source.not_answered_message(name, name))
     used = source.forbidden_use(text)
     if used:
         raise AssertionError(f"your {name} uses {used}, which does the sharding for you; this exercise scores 0 "

@@ -109,6 +109,42 @@ def _kernel_history():
     return list(shell.history_manager.input_hist_raw)
 
 
+def unanswered(name, text):
+    """Whether the cell ``text`` still holds the release's stub for ``name``: a function that ends in
+    `raise NotImplementedError()` and returns nowhere, or a class whose body or __init__ does. Calling either
+    always raises, so a test can say so at once instead of first starting ranks or saving a checkpoint."""
+    tree = _parse(text or "")
+    nodes = [node for node in (tree.body if tree else []) if name in _defined(node)]
+    if not nodes or not isinstance(nodes[-1], (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    node = nodes[-1]
+    if isinstance(node, ast.ClassDef):
+        init = [item for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"]
+        return _ends_in_stub(node.body) or any(_always_raises_stub(method) for method in init)
+    return _always_raises_stub(node)
+
+
+def _always_raises_stub(function):
+    returns = any(isinstance(inner, (ast.Return, ast.Yield, ast.YieldFrom)) for inner in ast.walk(function))
+    return _ends_in_stub(function.body) and not returns
+
+
+def _ends_in_stub(body):
+    last = body[-1] if body else None
+    if not isinstance(last, ast.Raise) or last.cause is not None:
+        return False
+    exc = last.exc.func if isinstance(last.exc, ast.Call) and not last.exc.args and not last.exc.keywords \
+        else last.exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def not_answered_message(name, exercise):
+    from zerolab.i18n import tr
+
+    return tr(f"not answered yet: {name} still ends in raise NotImplementedError(), the line the release left "
+              f"there; write your answer ({exercise}) in its cell, run that cell, then this test")
+
+
 def _parse(source):
     lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
     try:
