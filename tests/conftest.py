@@ -1,4 +1,5 @@
 import os
+import re
 
 import pytest
 
@@ -10,6 +11,28 @@ from tests.submissions.graded import graded_corpus  # noqa: E402,F401 (one unsha
 # module's fixtures are built once; modules that share a session fixture (named here) go to one worker together.
 SHARED_SESSION_FIXTURES = {"graded_corpus": ("tests/test_grading_corpus.py", "tests/test_grading_shards.py")}
 _UNIT_OF_MODULE = {module: fixture for fixture, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
+# Modules that execute whole lessons with their real teaching runs, which the session's run cache holds once
+# (tests/session_cache.py): their tests go to workers a lesson at a time, so one lesson's executions follow each
+# other on one worker, the first running the ranks and the next copying, instead of two workers waiting on one.
+LESSON_UNIT_MODULES = {"tests/test_notebooks.py": None, "tests/test_no_answers_in_sight.py": None,
+                       "tests/test_lesson09.py": "09_checkpoints",
+                       "tests/test_release_flow.py": {"test_lesson_01_": "01_where_memory_goes",
+                                                      "test_lesson_06_": "06_predict_then_measure"}}
+_LESSON_IN_ID = re.compile(r"[\[-](\d\d_[a-z0-9_]+)")
+# Modules about one lesson whose tests do not name it (for --lesson).
+LESSON_OF_MODULE = {"tests/test_lesson09.py": "09_checkpoints", "tests/test_lesson08_grading.py": "08_zero_from_scratch"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--lesson", action="append", default=[], metavar="NAME",
+                     help="only the tests of this lesson (its name or number: 09_checkpoints, 09); repeatable")
+
+
+def lessons_of(nodeid):
+    """The lessons a test is about: those its parameters name, or its module's."""
+    module, unit = nodeid.split("::", 1)[0], _unit(nodeid)
+    return (set(_LESSON_IN_ID.findall(nodeid)) | ({LESSON_OF_MODULE[module]} if module in LESSON_OF_MODULE else set())
+            | ({unit.removeprefix("lesson ")} if unit.startswith("lesson ") else set()))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -19,8 +42,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            module = nodeid.split("::", 1)[0]
-            return _UNIT_OF_MODULE.get(module, module)
+            return _unit(nodeid)
 
     return ByModule(config, log)
 
@@ -38,6 +60,27 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"the session fixture {name} is used by {', '.join(sorted(modules))}: name them "
                                     "in SHARED_SESSION_FIXTURES (tests/conftest.py), so one worker builds it once")
     items.sort(key=lambda item: (_module_path(item) not in _UNIT_OF_MODULE, _module_path(item) not in slow_modules))
+    wanted = config.getoption("--lesson")
+    if wanted:
+        keep = [item for item in items if any(lesson.startswith(prefix) for lesson in lessons_of(item.nodeid)
+                                              for prefix in wanted)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
+def _unit(nodeid):
+    """The unit of work a test belongs to: its lesson (LESSON_UNIT_MODULES), the modules sharing its session
+    fixture, or its module."""
+    module = nodeid.split("::", 1)[0]
+    if module in LESSON_UNIT_MODULES:
+        lesson = LESSON_UNIT_MODULES[module]
+        if isinstance(lesson, dict):  # by the test's name
+            test = nodeid.split("::", 1)[-1]
+            lesson = next((name for prefix, name in lesson.items() if test.startswith(prefix)), None)
+        lesson = lesson or next(iter(_LESSON_IN_ID.findall(nodeid)), None)
+        if lesson:
+            return f"lesson {lesson}"
+    return _UNIT_OF_MODULE.get(module, module)
 
 
 def _module_path(item):
@@ -48,3 +91,40 @@ def _session_fixtures(item):
     """The session-scoped fixtures from tests/ that the item uses (pytest's own are cheap or per worker anyway)."""
     return [name for name, definitions in item._fixtureinfo.name2fixturedefs.items()
             if definitions and definitions[-1].scope == "session" and definitions[-1].baseid.startswith("tests")]
+
+
+# The suite's time, recorded for scripts/suite_budget.py: each test's seconds (setup, call and teardown) and the
+# wall time, in the controlling process (with xdist, the workers' reports reach it too).
+_DURATIONS = {"started": None, "tests": {}}
+
+
+def pytest_sessionstart(session):
+    import time
+
+    _DURATIONS["started"] = time.monotonic()
+    _DURATIONS["load_average"] = round(os.getloadavg()[0], 1)
+
+
+def pytest_runtest_logreport(report):
+    _DURATIONS["tests"][report.nodeid] = _DURATIONS["tests"].get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    import json
+    import time
+    from pathlib import Path
+
+    if hasattr(config, "workerinput") or not _DURATIONS["tests"]:
+        return
+    wall = time.monotonic() - _DURATIONS["started"]
+    tests = [{"nodeid": nodeid, "seconds": round(seconds, 3)} for nodeid, seconds in _DURATIONS["tests"].items()]
+    workers = getattr(config.option, "numprocesses", None) or 1
+    record = {"wall_seconds": round(wall, 1), "workers": workers, "load_average": _DURATIONS["load_average"],
+              "tests": tests}
+    out = Path(__file__).resolve().parent / "artifacts" / "durations.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(record, indent=0))
+    total = sum(test["seconds"] for test in tests)
+    terminalreporter.write_line(
+        f"suite time: {len(tests)} tests, {wall / 60:.1f} min wall on {workers} worker(s), {total / 60:.1f} min of "
+        f"tests (budget: 25 min wall on an idle 2-core machine; per module: python scripts/suite_budget.py)")

@@ -11,13 +11,15 @@ import pytest
 from nbclient import NotebookClient
 
 from leftovers import orphaned
+from session_cache import run_cache
 from zerolab.tools import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_lesson09_leaves_no_file_and_no_process(tmp_path, monkeypatch):
+def test_lesson09_leaves_no_file_and_no_process(tmp_path, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ZEROLAB_RUN_CACHE", str(run_cache(tmp_path_factory)))  # the three saves: once a session
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))  # tempfile in the kernel and in every rank it starts

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from session_cache import run_cache
 from zerolab import drill
 from zerolab.tools import poll_shell_in_slices
 
@@ -30,10 +31,11 @@ LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if n
 ANSWER_NAME = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=", re.M)
 
 
-def execute(nb, tmp_path, language, grading=False):
-    """Run All in a fresh kernel; ``grading``: as nbgrader runs it (NBGRADER_EXECUTION set: real runs skip)."""
+def execute(nb, tmp_path, language, grading=False, cache=None):
+    """Run All in a fresh kernel; ``grading``: as nbgrader runs it (NBGRADER_EXECUTION set: real runs skip);
+    ``cache``: the session's run cache, where the teaching runs of another execution of the lesson are kept."""
     env = {"ZEROLAB_STATIC": "1", "DS_ACCELERATOR": "cpu", "ZEROLAB_LANG": language,
-           "NBGRADER_EXECUTION": "autograde" if grading else None}
+           "NBGRADER_EXECUTION": "autograde" if grading else None, "ZEROLAB_RUN_CACHE": cache and str(cache)}
     saved = {key: os.environ.get(key) for key in env}
     for key, value in env.items():
         os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
@@ -155,9 +157,11 @@ def errors_outside_exercises(nb):
 @pytest.mark.slow
 @pytest.mark.parametrize("language", ["en", "zh"])
 @pytest.mark.parametrize("name", LESSONS)
-def test_run_all_of_an_unanswered_release_reaches_the_end_with_no_answer_in_sight(name, language, tmp_path):
+def test_run_all_of_an_unanswered_release_reaches_the_end_with_no_answer_in_sight(name, language, tmp_path,
+                                                                                 tmp_path_factory):
     folder = ROOT / "lessons" / ("zh" if language == "zh" else "")
-    nb = execute(nbformat.read(str(folder / f"{name}.ipynb"), as_version=4), tmp_path, language)
+    nb = execute(nbformat.read(str(folder / f"{name}.ipynb"), as_version=4), tmp_path, language,
+                 cache=run_cache(tmp_path_factory))
     unrun = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and not cell.execution_count]
     assert not unrun, f"{name} ({language}): Run All never reached cells {unrun}"
     assert not errors_outside_exercises(nb), f"{name} ({language}): teaching cells raised without answers: " \

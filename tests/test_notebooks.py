@@ -1,6 +1,8 @@
 """Every executed solution runs top to bottom in a fresh, real python3 kernel on CPU, without errors.
 
-Widgets run their interactive path here (ZEROLAB_STATIC is not set), the build ran their static one.
+Widgets run their interactive path here (ZEROLAB_STATIC is not set), the build ran their static one. The teaching
+cells' real runs share the session's run cache (tests/session_cache.py): what another execution of the lesson ran
+already (its other edition, its release) is copied, not run again.
 """
 import os
 from pathlib import Path
@@ -9,6 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from session_cache import run_cache
 from zerolab.tools import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +24,8 @@ LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LESSONS)
-def test_solution_executes_in_a_fresh_kernel(name, tmp_path, monkeypatch):
+def test_solution_executes_in_a_fresh_kernel(name, tmp_path, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ZEROLAB_RUN_CACHE", str(run_cache(tmp_path_factory)))
     monkeypatch.delenv("ZEROLAB_STATIC", raising=False)
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     nb = nbformat.read(str(ROOT / "solutions" / f"{name}.ipynb"), as_version=4)

@@ -12,11 +12,14 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from session_cache import run_cache
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def run_release(name, tmp_path, monkeypatch):
+def run_release(name, tmp_path, monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("ZEROLAB_RUN_CACHE", str(run_cache(tmp_path_factory)))  # lesson 06's runs: once a session
     monkeypatch.setenv("ZEROLAB_STATIC", "1")
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     nb = nbformat.read(str(ROOT / "lessons" / f"{name}.ipynb"), as_version=4)
@@ -40,18 +43,18 @@ def text_of(cell):
     return "".join(out.get("text", "") for out in cell.outputs)
 
 
-def test_lesson_01_teaches_to_the_end_without_answers(tmp_path, monkeypatch):
-    nb, failed, taught = run_release("01_where_memory_goes", tmp_path, monkeypatch)
+def test_lesson_01_teaches_to_the_end_without_answers(tmp_path, monkeypatch, tmp_path_factory):
+    nb, failed, taught = run_release("01_where_memory_goes", tmp_path, monkeypatch, tmp_path_factory)
     assert "test_ex1_model_state_bytes" in failed and "test_ex4_deepspeed_zero2_gib" in failed
     widget = next(cell for cell in taught if "memory_explorer" in cell.source)
     assert any("image/png" in out.get("data", {}) for out in widget.outputs), "the figure after a failed test"
     assert nb.cells.index(widget) > [cell.id for cell in nb.cells].index("test_ex1_model_state_bytes")
 
 
-def test_lesson_06_measures_and_compares_without_answers(tmp_path, monkeypatch):
+def test_lesson_06_measures_and_compares_without_answers(tmp_path, monkeypatch, tmp_path_factory):
     if os.environ.get("NBGRADER_EXECUTION"):
         pytest.skip("real runs skip themselves while grading")
-    nb, failed, taught = run_release("06_predict_then_measure", tmp_path, monkeypatch)
+    nb, failed, taught = run_release("06_predict_then_measure", tmp_path, monkeypatch, tmp_path_factory)
     assert "test_ex1_optimizer_bytes" in failed and "test_ex2_training_bytes" in failed
     runs = next(cell for cell in taught if "run_in_notebook(config" in cell.source)
     for stage in (1, 3, 2):

@@ -1,10 +1,11 @@
-"""One autograder for both editions: `zerolab grade` grades Chinese and English submissions in one batch.
+"""One autograder for both editions: `zerolab grade` grades Chinese submissions as it grades English ones.
 
 For every lesson (lesson 08's editions are in tests/test_lesson08_grading.py's batch), one `zerolab grade` run
-over three students: the English solutions, the Chinese solutions (full marks, the same score) and the untouched
-Chinese release (0). For lesson 01 a fourth student answers the first exercise wrongly in the Chinese edition:
-the failing test's message reaches them in Chinese, although the autograder put back the (shared, English-built)
-locked test cell.
+over the Chinese solutions (full marks: the points of every test cell in the lesson's source, which the English
+solutions earn in tests/test_nbgrader_roundtrip.py) and the untouched Chinese release (0). For lesson 01 a third
+student answers the first exercise wrongly in the Chinese edition: the failing test's message reaches them in
+Chinese, although the autograder put back the (shared, English-built) locked test cell; and a fourth, in the
+English edition, gets the same mistake's message in English, with no Chinese anywhere in the notebook.
 """
 import csv
 import re
@@ -64,29 +65,41 @@ def why(course, name, row):
     return "\n".join([str(row), *errors])
 
 
+def points(name):
+    """The points of every graded cell of the lesson's source: what full marks are."""
+    source = read(ROOT / "autograder" / "source" / name / f"{name}.ipynb")
+    return sum(c.metadata["nbgrader"]["points"] for c in source.cells if c.metadata.get("nbgrader", {}).get("grade"))
+
+
 @pytest.mark.parametrize("name", LESSONS)
-def test_chinese_and_english_submissions_are_graded_alike(tmp_path, name):
-    submissions = {"en_solved": read(ROOT / "solutions" / f"{name}.ipynb"),
-                   "zh_solved": read(ROOT / "solutions" / "zh" / f"{name}.ipynb"),
+def test_chinese_submissions_are_graded_as_the_english_ones(tmp_path, name):
+    submissions = {"zh_solved": read(ROOT / "solutions" / "zh" / f"{name}.ipynb"),
                    "zh_untouched": read(ROOT / "lessons" / "zh" / f"{name}.ipynb")}
     wrong = None
     if name in VARIANTS:
         grade_id, variants = next(iter(VARIANTS[name].items()))
         wrong = (grade_id, variants["wrong"][0][0])
         submissions["zh_wrong"] = with_answers(submissions["zh_untouched"], {grade_id: wrong[1]})
+        submissions["en_wrong"] = with_answers(read(ROOT / "lessons" / f"{name}.ipynb"), {grade_id: wrong[1]})
     course = course_with(tmp_path, name, submissions)
     rows = grade(course, name)
-    top = float(rows["en_solved"]["max_score"])
-    assert top > 0 and float(rows["en_solved"]["score"]) == top, why(course, name, rows["en_solved"])
+    top = points(name)
+    assert top > 0 and float(rows["zh_solved"]["max_score"]) == top, rows["zh_solved"]
     assert float(rows["zh_solved"]["score"]) == top, why(course, name, rows["zh_solved"])
     assert float(rows["zh_untouched"]["score"]) == 0, rows["zh_untouched"]
     if wrong:
-        autograded = read(course / "autograded" / "zh_wrong" / name / f"{name}.ipynb")
-        assert autograded.metadata["zerolab"]["language"] == "zh"
-        test = next(c for c in autograded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"test_{wrong[0]}")
-        (error,) = [out for out in test.outputs if out.output_type == "error"]
-        assert error.ename == "AssertionError" and CJK.search(error.evalue), \
-            f"the Chinese edition's feedback is not in Chinese: {error.evalue!r}"
-        english = read(course / "autograded" / "en_solved" / name / f"{name}.ipynb")
-        assert not any(CJK.search(out.get("evalue", "") + out.get("text", "")) for cell in english.cells
-                       for out in cell.get("outputs", [])), "the English edition printed Chinese"
+        messages = {}
+        for student in ("zh_wrong", "en_wrong"):
+            autograded = read(course / "autograded" / student / name / f"{name}.ipynb")
+            test = next(c for c in autograded.cells
+                        if c.metadata.get("nbgrader", {}).get("grade_id") == f"test_{wrong[0]}")
+            (error,) = [out for out in test.outputs if out.output_type == "error"]
+            assert error.ename == "AssertionError", (student, error.ename, error.evalue)
+            messages[student] = error.evalue
+            if student == "en_wrong":
+                assert not any(CJK.search(out.get("evalue", "") + out.get("text", "")) for cell in autograded.cells
+                               for out in cell.get("outputs", [])), "the English edition printed Chinese"
+            else:
+                assert autograded.metadata["zerolab"]["language"] == "zh"
+        assert CJK.search(messages["zh_wrong"]), f"the Chinese edition's feedback is not in Chinese: {messages}"
+        assert messages["zh_wrong"] != messages["en_wrong"], "the same words in both editions"

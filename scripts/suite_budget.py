@@ -1,0 +1,89 @@
+"""Is the test suite still inside its budget? Per module, against the allowances in tests/suite_budget.json.
+
+    .venv/bin/python scripts/suite_budget.py                      # the last run (tests/artifacts/durations.json)
+    .venv/bin/python scripts/suite_budget.py --durations FILE     # another run's record
+    .venv/bin/python scripts/suite_budget.py --update             # write the allowances from the last run
+
+Every run of the suite records each test's seconds (setup, call and teardown together) and the run's wall time
+in tests/artifacts/durations.json (tests/conftest.py). The budget is 25 minutes of wall time on an idle 2-core
+machine, so at most 2 x 25 worker-minutes of tests. Each test module has an allowance: its seconds in a measured
+idle run plus a quarter, all of them together within that. This script prints every module that took longer than
+its allowance or has none, the total and the wall time against the budget, and exits 1 when the run as a whole
+is over. A change that adds minutes shows here before it lands: run the module you changed, then this script
+with --module MODULE, or the whole suite and then this script.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DURATIONS = ROOT / "tests" / "artifacts" / "durations.json"
+ALLOWANCES = ROOT / "tests" / "suite_budget.json"
+BUDGET_S = 25 * 60
+WORKERS = 2
+HEADROOM = 1.25
+
+
+def per_module(record):
+    seconds = defaultdict(float)
+    for test in record["tests"]:
+        seconds[test["nodeid"].split("::", 1)[0]] += test["seconds"]
+    return dict(seconds)
+
+
+def minutes(seconds):
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
+def report(record, allowances, only=None):
+    """(lines to print, whether the run is within the budget)."""
+    modules = per_module(record)
+    lines = [f"{'module':<46} {'seconds':>8} {'allowed':>8}"]
+    for module, seconds in sorted(modules.items(), key=lambda item: -item[1]):
+        if only and module not in only:
+            continue
+        allowed = allowances.get(module)
+        flag = "" if allowed is not None and seconds <= allowed else \
+            ("  <- no allowance: add it with --update" if allowed is None else "  <- over its allowance")
+        lines.append(f"{module:<46} {seconds:8.0f} {'-' if allowed is None else f'{allowed:8.0f}':>8}{flag}")
+    total = sum(modules.values())
+    wall = record.get("wall_seconds")
+    within = total <= WORKERS * BUDGET_S and (wall is None or wall <= BUDGET_S)
+    lines.append(f"total: {minutes(total)} of tests on {record.get('workers', WORKERS)} workers (at most "
+                 f"{minutes(WORKERS * BUDGET_S)}); wall time {minutes(wall) if wall else 'unknown'} (budget "
+                 f"{minutes(BUDGET_S)}, idle 2-core machine; load average at the start "
+                 f"{record.get('load_average', 'unknown')}): {'within' if within else 'OVER'} the budget")
+    return lines, within
+
+
+def allowances_from(record):
+    return {module: round(seconds * HEADROOM + 2) for module, seconds in sorted(per_module(record).items())}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("--durations", type=Path, default=DURATIONS, help="a run's record (default: the last run)")
+    parser.add_argument("--module", action="append", help="only this module (tests/test_x.py); repeatable")
+    parser.add_argument("--update", action="store_true", help="set every allowance from this run (an idle run)")
+    args = parser.parse_args(argv)
+    if not args.durations.exists():
+        print(f"suite_budget: no record at {args.durations}: run the suite first (.venv/bin/python -m pytest)",
+              file=sys.stderr)
+        return 2
+    record = json.loads(args.durations.read_text())
+    if args.update:
+        ALLOWANCES.write_text(json.dumps(allowances_from(record), indent=1) + "\n")
+        print(f"suite_budget: wrote {len(per_module(record))} allowances to {ALLOWANCES.relative_to(ROOT)}")
+        return 0
+    allowances = json.loads(ALLOWANCES.read_text()) if ALLOWANCES.exists() else {}
+    lines, within = report(record, allowances, only=set(args.module or ()))
+    print("\n".join(lines))
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
