@@ -48,3 +48,20 @@ def test_an_orphaned_lock_is_removed_however_young(tmp_path):
 def test_a_missing_cache_is_nothing_to_do(tmp_path):
     assert clear_orphaned_locks(tmp_path / "absent") == []
     assert holders(tmp_path / "absent" / "lock") == set()
+
+
+def test_each_interpreter_picks_its_own_folder_unless_someone_chose_one(tmp_path):
+    """A kernel of another venv started from this one inherits this venv's choice, and must not keep it; a folder
+    the user (or the grading sandbox) chose is kept."""
+    other = tmp_path / "other"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(other)], check=True)
+    ask = "import os, zerolab; print(os.environ.get('TORCH_EXTENSIONS_DIR'))"
+    ours = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, check=True).stdout.strip()
+    inherited = dict(os.environ, TORCH_EXTENSIONS_DIR=ours, ZEROLAB_TORCH_EXTENSIONS_DIR=ours,
+                     PYTHONPATH=os.pathsep.join(sys.path))
+    theirs = subprocess.run([str(other / "bin" / "python"), "-c", ask], env=inherited, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert theirs == str(other / "torch_extensions") and theirs != ours
+    chosen = dict(inherited, TORCH_EXTENSIONS_DIR="/srv/ops")
+    assert subprocess.run([str(other / "bin" / "python"), "-c", ask], env=chosen, capture_output=True, text=True,
+                          check=True).stdout.strip() == "/srv/ops"

@@ -44,12 +44,24 @@ def own_extensions_root():
     return Path(sys.prefix) / "torch_extensions"
 
 
+SET_BY_ZEROLAB = "ZEROLAB_TORCH_EXTENSIONS_DIR"  # the folder zerolab chose, inherited by the processes it starts
+
+
 def keep_ops_per_environment():
-    """Point TORCH_EXTENSIONS_DIR at own_extensions_root() unless it is set already. zerolab's import calls this,
-    so the lessons' kernels, every rank and tool zerolab starts, and grading's op seeding all use one folder."""
+    """Point TORCH_EXTENSIONS_DIR at own_extensions_root(), unless someone else set it. zerolab's import calls this,
+    so the lessons' kernels, every rank and tool zerolab starts, and grading's op seeding all use one folder.
+
+    A value zerolab set in a parent process of another environment (a test that starts a kernel of a second venv)
+    is replaced: that venv's ops belong in that venv."""
+    current = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if current and current != os.environ.get(SET_BY_ZEROLAB):
+        return  # the user's, or the grading sandbox's
     own = own_extensions_root()
-    if own is not None and not os.environ.get("TORCH_EXTENSIONS_DIR"):
-        os.environ["TORCH_EXTENSIONS_DIR"] = str(own)
+    if own is None:
+        for name in ("TORCH_EXTENSIONS_DIR", SET_BY_ZEROLAB):
+            os.environ.pop(name, None)
+    else:
+        os.environ["TORCH_EXTENSIONS_DIR"] = os.environ[SET_BY_ZEROLAB] = str(own)
 
 
 def extensions_root():
