@@ -2,10 +2,12 @@
 while grading, never for a job that reads given files, never for a failed run; two processes, one run."""
 import json
 import multiprocessing
+import os
 import time
 
 import pytest
 
+from zerolab.run import run_cache
 from zerolab.run.run_cache import through_cache
 
 JOB = {"config": {"zero_optimization": {"stage": 2}}, "steps": 2, "device": "cpu"}
@@ -24,8 +26,7 @@ def saving_run(calls):
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ZEROLAB_RUN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setattr(run_cache, "CONFIGURED", str(tmp_path / "cache"))  # as read at start-up
     return tmp_path
 
 
@@ -64,14 +65,28 @@ def test_grading_a_given_checkpoint_and_a_failed_run_are_never_cached(cache, mon
     assert len(calls) == 4, "a failure is not stored"
 
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setattr(run_cache, "CONFIGURED", run_cache._from_environment())
     for _ in range(2):
         through_cache(JOB, 2, "w", lambda job, on_event: calls.append(job) or [{}])
     assert len(calls) == 6, "while grading every job runs"
 
 
+def test_a_cell_that_sets_the_variable_after_start_up_changes_nothing(tmp_path):
+    """What a submission could try: point the tests' runs at files of its own. The folder is read at import."""
+    import subprocess
+    import sys
+
+    probe = ("import os, zerolab\nfrom zerolab.run import run_cache\n"
+             f"os.environ['ZEROLAB_RUN_CACHE'] = {str(tmp_path)!r}\nos.environ.pop('NBGRADER_EXECUTION', None)\n"
+             "print(run_cache.folder())")
+    env = {key: value for key, value in os.environ.items() if key != "ZEROLAB_RUN_CACHE"}
+    env["NBGRADER_EXECUTION"] = "autograde"
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "None"
+
+
 def _slow_run_in_a_process(cache_dir, log):
-    import os
-    os.environ["ZEROLAB_RUN_CACHE"] = cache_dir
+    run_cache.CONFIGURED = cache_dir  # a fresh process: what ZEROLAB_RUN_CACHE at its start-up would give
 
     def run(job, on_event):
         with open(log, "a") as handle:

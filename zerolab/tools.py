@@ -64,6 +64,16 @@ def keep_ops_per_environment():
         os.environ["TORCH_EXTENSIONS_DIR"] = os.environ[SET_BY_ZEROLAB] = str(own)
 
 
+def run_cache_from_environment():
+    """ZEROLAB_RUN_CACHE (zerolab.run.run_cache), or None: unset, or nbgrader is grading."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return None
+    return os.environ.get("ZEROLAB_RUN_CACHE") or None
+
+
+RUN_CACHE_AT_IMPORT = run_cache_from_environment()  # zerolab's import, before any learner's cell can change it
+
+
 def extensions_root():
     """Where torch caches JIT-built ops now: $TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions."""
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")

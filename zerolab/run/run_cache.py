@@ -7,6 +7,7 @@ stores what its ranks returned and saved and the progress they reported, and eve
 copy, without ranks.
 
 Never while nbgrader grades (NBGRADER_EXECUTION set): a grade comes from ranks that really ran the submission.
+Both variables are read when zerolab is imported, before any learner's cell runs.
 A job that reads files it was given (`load_dir`) is not cached (its input is not part of its description), nor is
 a run that fails. Two processes asking for the same job at once: one runs it, the other waits for its result.
 """
@@ -20,12 +21,16 @@ import tempfile
 PLACEHOLDER = "{zerolab-run-cache:save_dir}"
 
 
+from zerolab.tools import RUN_CACHE_AT_IMPORT, run_cache_from_environment as _from_environment
+
+# Read once, when zerolab is imported (a lesson's first cell): a cell that sets the variables later, as a
+# submission could to swap a test's runs for files of its own, changes nothing.
+CONFIGURED = RUN_CACHE_AT_IMPORT
+
+
 def folder():
-    """The cache folder, or None when caching is off (no ZEROLAB_RUN_CACHE, or grading)."""
-    root = os.environ.get("ZEROLAB_RUN_CACHE")
-    if not root or os.environ.get("NBGRADER_EXECUTION"):
-        return None
-    return root
+    """The cache folder, or None when caching is off (no ZEROLAB_RUN_CACHE at start-up, or grading)."""
+    return CONFIGURED
 
 
 def through_cache(job, ranks, worker, run, on_event=None):
