@@ -6,9 +6,9 @@
 
 Every run of the suite records each test's seconds (setup, call and teardown together) and the run's wall time
 in tests/artifacts/durations.json (tests/conftest.py). The budget is 25 minutes of wall time on an idle 2-core
-machine, so at most 2 x 25 worker-minutes of tests. Each test module has an allowance: its seconds in a measured
-idle run plus a quarter, all of them together within that. This script prints every module that took longer than
-its allowance or has none, the total and the wall time against the budget, and exits 1 when the run as a whole
+machine, so at most 2 x 25 worker-minutes of tests. Each test module has an allowance: its share of those
+worker-minutes, in proportion to its seconds in a measured run (plus a quarter, when that run was within the
+budget). This script prints every module that took longer than its allowance or has none, the total and the wall time against the budget, and exits 1 when the run as a whole
 is over. A change that adds minutes shows here before it lands: run the module you changed, then this script
 with --module MODULE, or the whole suite and then this script.
 """
@@ -59,7 +59,13 @@ def report(record, allowances, only=None):
 
 
 def allowances_from(record):
-    return {module: round(seconds * HEADROOM + 2) for module, seconds in sorted(per_module(record).items())}
+    """Each module's share of the budget: its share of this run's test time, times the budget's worker-seconds,
+    plus a quarter when the run was inside the budget (so allowances never add up to more than the budget allows
+    without headroom, and a suite over budget has every module over its share until it is made faster)."""
+    modules = per_module(record)
+    total = sum(modules.values())
+    scale = min(HEADROOM, WORKERS * BUDGET_S / total) if total else 1.0
+    return {module: round(seconds * scale + 1) for module, seconds in sorted(modules.items())}
 
 
 def main(argv=None):

@@ -224,3 +224,18 @@ def test_the_course_s_own_deepspeed_config_is_off_limits_in_exercise_4():
                            namespace={"compare": compare}) == "zerolab.handmade"
     assert used_off_limits("stage1_config", forbidden, history=history + [written],
                            namespace={"compare": compare}) is None
+
+
+def test_a_port_lost_to_another_process_is_seen_in_a_ranks_error_file(tmp_path):
+    """The EADDRINUSE of rank 0's store reaches only its error file, not the launcher's log: the job must run again
+    on a new port rather than fail (seen in CI, where the other pytest worker starts ranks too)."""
+    import json
+
+    from zerolab.handmade.harness import _port_taken
+
+    (tmp_path / "rank0.error.json").write_text(json.dumps(
+        {"type": "DistNetworkError", "message": "The server socket has failed to listen on any local network "
+         "address. port: 52673, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"}))
+    assert _port_taken(tmp_path, 2, "rank 0 of 2: started")
+    (tmp_path / "rank0.error.json").write_text(json.dumps({"type": "ValueError", "message": "shapes differ"}))
+    assert not _port_taken(tmp_path, 2, "rank 0 of 2: started")

@@ -16,6 +16,7 @@ from zerolab.run.launch import free_port, stop
 from zerolab.tools import env_with_interpreter_bin
 
 COLLECTIVE_TIMEOUT = 20  # seconds a rank waits in a collective for the others before it gives up
+PORT_ATTEMPTS = 3  # another test's ranks can take the free port before rank 0 listens on it
 
 
 class RanksFailed(AssertionError):
@@ -30,13 +31,21 @@ def run(job, ranks, timeout=90, progress=True):
         job_path = os.path.join(folder, "job.json")
         with open(job_path, "w") as handle:
             json.dump(job, handle)
-        for attempt in range(2):
+        for attempt in range(PORT_ATTEMPTS):
             logs = _start_and_wait(job_path, folder, ranks, timeout, progress)
             if logs is None:
                 break
-            if attempt == 1 or "address already in use" not in logs.lower():
+            if attempt == PORT_ATTEMPTS - 1 or not _port_taken(folder, ranks, logs):
                 raise RanksFailed(_failure_message(folder, ranks, logs, job))
         return [_load(os.path.join(folder, f"rank{rank}.json")) for rank in range(ranks)]
+
+
+def _port_taken(folder, ranks, logs):
+    """Whether rank 0 lost its free port to another process between free_port() and its listen (EADDRINUSE): the
+    ranks' output, or an error a rank wrote, says so. Then the job runs again on a new port."""
+    errors = [_load(os.path.join(folder, f"rank{rank}.error.json"), None) for rank in range(ranks)]
+    text = " ".join([logs] + [json.dumps(error) for error in errors if error]).lower()
+    return "address already in use" in text or "eaddrinuse" in text
 
 
 def _start_and_wait(job_path, folder, ranks, timeout, progress=False):
