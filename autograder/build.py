@@ -272,7 +272,10 @@ def build(names, out, execute=True, log=print, publish_url=None):
         try:
             _build_editions(names, out, execute, log)
         finally:
-            os.environ.pop("ZEROLAB_RUN_CACHE") if given is None else os.environ.update(ZEROLAB_RUN_CACHE=given)
+            if given is None:
+                del os.environ["ZEROLAB_RUN_CACHE"]
+            else:
+                os.environ["ZEROLAB_RUN_CACHE"] = given
 
 
 def _build_editions(names, out, execute, log):

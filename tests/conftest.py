@@ -19,8 +19,8 @@ LESSON_UNIT_MODULES = {"tests/test_notebooks.py": None, "tests/test_no_answers_i
                        "tests/test_release_flow.py": {"test_lesson_01_": "01_where_memory_goes",
                                                       "test_lesson_06_": "06_predict_then_measure"}}
 _LESSON_IN_ID = re.compile(r"[\[-](\d\d_[a-z0-9_]+)")
-# Modules about one lesson whose tests do not name it (for --lesson).
-LESSON_OF_MODULE = {"tests/test_lesson09.py": "09_checkpoints", "tests/test_lesson08_grading.py": "08_zero_from_scratch"}
+# Modules about one lesson whose tests do not name it, beyond LESSON_UNIT_MODULES (for --lesson).
+LESSON_OF_MODULE = {"tests/test_lesson08_grading.py": "08_zero_from_scratch"}
 
 
 def pytest_addoption(parser):

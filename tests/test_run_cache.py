@@ -9,6 +9,7 @@ import pytest
 
 from zerolab.run import run_cache
 from zerolab.run.run_cache import through_cache
+from zerolab.tools import run_cache_from_environment
 
 JOB = {"config": {"zero_optimization": {"stage": 2}}, "steps": 2, "device": "cpu"}
 
@@ -65,7 +66,7 @@ def test_grading_a_given_checkpoint_and_a_failed_run_are_never_cached(cache, mon
     assert len(calls) == 4, "a failure is not stored"
 
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    monkeypatch.setattr(run_cache, "CONFIGURED", run_cache._from_environment())
+    monkeypatch.setattr(run_cache, "CONFIGURED", run_cache_from_environment())
     for _ in range(2):
         through_cache(JOB, 2, "w", lambda job, on_event: calls.append(job) or [{}])
     assert len(calls) == 6, "while grading every job runs"

@@ -74,11 +74,6 @@ def run_cache_from_environment():
 RUN_CACHE_AT_IMPORT = run_cache_from_environment()  # zerolab's import, before any learner's cell can change it
 
 
-def extensions_root():
-    """Where torch caches JIT-built ops now: $TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions."""
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
-
-
 def poll_shell_in_slices(client, slice_s=1.0):
     """Make an nbclient NotebookClient look for a cell's reply every second instead of once per cell timeout.
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 from zerolab.i18n import tr
-from zerolab.run.launch import free_port, stop
+from zerolab.run.launch import PORT_IN_USE, free_port, stop
 from zerolab.tools import env_with_interpreter_bin
 
 COLLECTIVE_TIMEOUT = 20  # seconds a rank waits in a collective for the others before it gives up
@@ -45,7 +45,7 @@ def _port_taken(folder, ranks, logs):
     ranks' output, or an error a rank wrote, says so. Then the job runs again on a new port."""
     errors = [_load(os.path.join(folder, f"rank{rank}.error.json"), None) for rank in range(ranks)]
     text = " ".join([logs] + [json.dumps(error) for error in errors if error]).lower()
-    return "address already in use" in text or "eaddrinuse" in text
+    return any(marker.lower() in text for marker in PORT_IN_USE)
 
 
 def _start_and_wait(job_path, folder, ranks, timeout, progress=False):

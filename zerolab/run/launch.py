@@ -48,7 +48,8 @@ def launch(job, ranks, timeout=600, on_event=None, on_tick=None, worker="zerolab
 
 def _launch(job, ranks, timeout, on_event, on_tick, worker):
     for lock in clear_orphaned_locks():
-        print(f"zerolab: removed a DeepSpeed op build lock that no process holds (left by a killed build): {lock}", file=sys.stderr)
+        print(f"zerolab: removed a DeepSpeed op build lock that no process holds (left by a killed build): {lock}",
+              file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="zerolab-run-") as result_dir:
         job = dict(job, result_dir=result_dir)
         job_path = os.path.join(result_dir, "job.json")

@@ -14,22 +14,35 @@ import os
 import time
 from pathlib import Path
 
-from zerolab.tools import extensions_root
-
 RECHECK_S = 0.5  # torch closes the lock, then deletes it: a lock still there and unheld after this is orphaned
 
-__all__ = ["extensions_root", "holders", "clear_orphaned_locks"]
+
+def extensions_root():
+    """Where torch caches JIT-built ops: $TORCH_EXTENSIONS_DIR (zerolab sets it per venv), else
+    ~/.cache/torch_extensions."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
 
 
 def holders(lock):
     """The pids of the processes that have `lock` open, or None when that cannot be known here."""
-    try:
-        wanted = os.stat(lock)
-    except FileNotFoundError:
-        return set()
-    if not os.path.isdir("/proc/self/fd") or (wanted.st_uid != os.geteuid() and os.geteuid() != 0):
-        return None
-    found = set()
+    return _holders([lock])[lock]
+
+
+def _holders(locks):
+    """{lock: pids that have it open (None: cannot be known)}, from one pass over /proc."""
+    wanted, found = {}, {}
+    for lock in locks:
+        try:
+            status = os.stat(lock)
+        except FileNotFoundError:
+            found[lock] = set()
+            continue
+        knowable = os.path.isdir("/proc/self/fd") and (status.st_uid == os.geteuid() or os.geteuid() == 0)
+        found[lock] = set() if knowable else None
+        if knowable:
+            wanted[(status.st_dev, status.st_ino)] = lock
+    if not wanted:
+        return found
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -43,8 +56,9 @@ def holders(lock):
                 opened = os.stat(f"{folder}/{descriptor}")
             except OSError:
                 continue
-            if (opened.st_dev, opened.st_ino) == (wanted.st_dev, wanted.st_ino):
-                found.add(int(entry.name))
+            lock = wanted.get((opened.st_dev, opened.st_ino))
+            if lock is not None:
+                found[lock].add(int(entry.name))
     return found
 
 
@@ -54,12 +68,14 @@ def clear_orphaned_locks(root=None):
     root = Path(root) if root is not None else extensions_root()
     if not root.is_dir():
         return []
-    unheld = [lock for lock in root.glob("**/lock") if lock.is_file() and holders(lock) == set()]
-    if unheld:
-        time.sleep(RECHECK_S)
+    first = _holders([lock for lock in root.glob("**/lock") if lock.is_file()])
+    unheld = [lock for lock, pids in first.items() if pids == set()]
+    if not unheld:
+        return []
+    time.sleep(RECHECK_S)
     removed = []
-    for lock in unheld:
-        if holders(lock) == set():
+    for lock, pids in _holders(unheld).items():
+        if pids == set():
             try:
                 lock.unlink()
                 removed.append(lock)

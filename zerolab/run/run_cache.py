@@ -18,11 +18,9 @@ import os
 import shutil
 import tempfile
 
+from zerolab.tools import RUN_CACHE_AT_IMPORT
+
 PLACEHOLDER = "{zerolab-run-cache:save_dir}"
-
-
-from zerolab.tools import RUN_CACHE_AT_IMPORT, run_cache_from_environment as _from_environment
-
 # Read once, when zerolab is imported (a lesson's first cell): a cell that sets the variables later, as a
 # submission could to swap a test's runs for files of its own, changes nothing.
 CONFIGURED = RUN_CACHE_AT_IMPORT
