@@ -32,6 +32,31 @@ def orphaned(command_part):
     return found
 
 
+def ranks_left():
+    """This process's children and theirs, apart from its warm rank launcher (zerolab.handmade.rank_launcher), which
+    waits for the next job by design: what a finished run must not leave."""
+    from zerolab.handmade.rank_launcher import warm_pid
+
+    warm = warm_pid()
+    return [child for child in psutil.Process().children(recursive=True) if child.pid != warm]
+
+
+def cpu_seconds():
+    """CPU seconds of this process and everything it started: the children it waited for, and the live ones (the
+    warm rank launcher) with the jobs they waited for."""
+    import resource
+
+    children, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+    total = children.ru_utime + children.ru_stime + me.ru_utime + me.ru_stime
+    for child in psutil.Process().children():
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def _unleased():
     found = {}
     for process in psutil.process_iter(["pid", "uids", "cmdline"]):

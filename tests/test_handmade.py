@@ -1,10 +1,9 @@
 """Lesson 08's engine (zerolab.handmade) on real gloo ranks: the solution passes on 2 and 3 ranks, each known
 wrong implementation fails with the message that names its mistake, and no rank outlives a run."""
-import resource
 
-import psutil
 import pytest
 
+from leftovers import cpu_seconds, ranks_left
 from zerolab.handmade import grade, harness, verdict
 from zerolab.handmade import model as fixed
 from zerolab.handmade.partition import flat_partition
@@ -101,11 +100,6 @@ def test_the_cell_is_taken_from_the_kernel_history():
         cell_defining("g", history)
 
 
-def _cpu_seconds():
-    children, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
-    return children.ru_utime + children.ru_stime + me.ru_utime + me.ru_stime
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise", [ZERO1])
 def test_the_solution_passes_what_its_test_cell_runs_within_60_s_on_two_idle_cores(exercise):
@@ -113,10 +107,10 @@ def test_the_solution_passes_what_its_test_cell_runs_within_60_s_on_two_idle_cor
     machine running this suite is shared, and 2 idle cores finish in about half the CPU seconds."""
     check = grade.zero1
     hidden = {"groups": fixed.NO_DECAY_ON_BIASES}
-    started = _cpu_seconds()
+    started = cpu_seconds()
     results = check(2, cell=solution_cell(exercise))
     check(3, hyper=HIDDEN, steps=5, cell=solution_cell(exercise), **hidden)
-    cpu = _cpu_seconds() - started
+    cpu = cpu_seconds() - started
     print(f"{exercise}: {cpu:.1f} CPU seconds")
     assert cpu / 2 < 60
     if exercise == ZERO1:  # every live tensor counted: the solution keeps its moments' share and nothing else
@@ -124,7 +118,7 @@ def test_the_solution_passes_what_its_test_cell_runs_within_60_s_on_two_idle_cor
                    for r in results)
         assert all(r["memory"]["parameters"] == r["memory"]["gradients"] == 4 * sum(fixed.numels(fixed.build()))
                    for r in results)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 def _on_ranks(exercise, cell):
@@ -139,7 +133,7 @@ def test_each_wrong_implementation_gets_its_named_verdict(name):
     with pytest.raises(AssertionError) as failure:
         _on_ranks(exercise, build())
     assert fragment in str(failure.value), str(failure.value)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow
@@ -158,7 +152,7 @@ def test_ranks_that_wait_on_each_other_are_stopped_with_a_message():
     with pytest.raises(harness.RanksFailed, match="waited for each other"):
         harness.run({"kind": "zero1", "source": deadlocked, "hyper": grade.DEFAULT_HYPER, "steps": 2,
                      "collective_timeout": 5}, 2, timeout=60)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow
@@ -200,7 +194,7 @@ def test_flat_partition_is_the_partition_deepspeed_builds(stage, ranks):
     small = [groups[2]["ranges"] for groups in results]
     if ranks == 3:
         assert small[-1] == [], "7 elements on 3 ranks: DeepSpeed's last rank owns none of them"
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 def _changed(text, old, new):

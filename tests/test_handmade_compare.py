@@ -2,10 +2,10 @@
 one-process torch.optim.AdamW (losses and parameters), DeepSpeed's own partition of each parameter
 (``ds_tensor.ds_numel``), torch.chunk's split of dim 0 (FSDP2's shards), and the collectives each design must
 make. Nothing is left running."""
-import psutil
 import pytest
 import torch
 
+from leftovers import ranks_left
 from zerolab.handmade import compare
 from zerolab.handmade import zero3_model as deep
 
@@ -16,7 +16,7 @@ RANKS = 2
 @pytest.fixture(scope="module")
 def measured():
     results = compare.side_by_side(ranks=RANKS, learner=False)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
     return results
 
 
@@ -99,4 +99,4 @@ def test_the_learners_cell_runs_and_the_courses_stands_in_when_it_fails():
         for rank_result in harness.run(job, RANKS):
             assert rank_result["ZeRO-3 (hand)"]["who"] == who
             assert _gap(rank_result["ZeRO-3 (hand)"]["losses"], deep.reference_losses(compare.DEFAULT_HYPER, 2)) < ATOL
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"

@@ -3,9 +3,9 @@ the collective counter counts what a cell sends, the solutions pass on 2 and 3 r
 gets the message that names its mistake, and no rank outlives a run."""
 from pathlib import Path
 
-import psutil
 import pytest
 
+from leftovers import ranks_left
 from handmade_cases import LESSON, solution_cell
 from zerolab.handmade import harness
 
@@ -61,7 +61,7 @@ def test_the_counter_counts_every_collective_a_cell_makes(ranks):
         sends = rows.get(("send", "float32"))
         assert (sends["elements"] if sends else 0) == (11 if rank == 0 else 0)
         assert sum(row["calls"] for row in result["collectives"]) == 8 + int(rank == 0)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 def test_the_counter_leaves_torch_distributed_as_it_found_it():
@@ -128,7 +128,7 @@ def test_zero2_solution_passes_three_times_in_a_row(ranks, job, repeat):
 
     results = zero2.zero2_hooks(ranks, cell=draft_cell(ZERO2), **job)
     assert all(r["memory_where"] for r in results)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow
@@ -140,7 +140,7 @@ def test_each_wrong_zero2_gets_its_named_verdict(name):
     with pytest.raises(AssertionError) as failure:
         zero2.zero2_hooks(2, hyper=HIDDEN, steps=2, cell=build())
     assert fragment in str(failure.value), str(failure.value)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 MIXED = "ex6_mixed_precision"
@@ -182,7 +182,7 @@ def test_mixed_precision_solution_passes_three_times_in_a_row(ranks, job, repeat
         for rows in result["traffic"]:
             reduced = [row for row in rows if row["op"] == "all-reduce"]
             assert [(r["calls"], r["elements"]) for r in reduced] == [(len(numels) + 1, sum(numels) + 1)]
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow
@@ -194,7 +194,7 @@ def test_each_wrong_mixed_precision_gets_its_named_verdict(name):
     with pytest.raises(AssertionError) as failure:
         mixed.mixed_precision(2, cell=build())
     assert fragment in str(failure.value), str(failure.value)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 def release_cell(grade_id):
@@ -212,4 +212,4 @@ def test_the_untouched_release_fails_at_once_with_the_stub_named_and_no_rank_sta
     check = zero2.zero2_hooks if grade_id == ZERO2 else mixed.mixed_precision
     with pytest.raises(AssertionError, match=r"^not answered yet: \w+ still ends in raise NotImplementedError\(\)"):
         check(2, cell=release_cell(grade_id))
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"

@@ -2,12 +2,11 @@
 prefetch), each known wrong implementation fails with the message that names its mistake, and no rank outlives
 a run. The measurements are checked against independent sources: the per-parameter padding against DeepSpeed's
 own partition_parameters, the numbers against one-process torch.optim.AdamW."""
-import resource
 from pathlib import Path
 
-import psutil
 import pytest
 
+from leftovers import cpu_seconds, ranks_left
 import handmade_cases
 from zerolab.handmade import zero3_grade, zero3_verdict
 from zerolab.handmade import zero3_model as deep
@@ -65,11 +64,6 @@ WRONG = {
 }
 
 
-def _cpu_seconds():
-    children, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
-    return children.ru_utime + children.ru_stime + me.ru_utime + me.ru_stime
-
-
 def test_per_parameter_padding_is_deepspeeds():
     """zero3_model.padded_numel against DeepSpeed's own Init._padding_size, on every parameter, 2 and 3 ranks."""
     from types import SimpleNamespace
@@ -95,10 +89,10 @@ def test_the_limits_leave_no_room_for_a_rank_that_keeps_every_layer():
 def test_the_solution_passes_what_its_test_cell_runs(repeat):
     """The visible (2 ranks) and hidden (3 ranks) calls of the test cell, three times in a row (races would show
     as flakes). CPU seconds, not wall time: the machine running this suite is shared."""
-    started = _cpu_seconds()
+    started = cpu_seconds()
     results = zero3_grade.zero3(2, cell=solution_cell())
     zero3_grade.zero3(3, hyper=HIDDEN, steps=4, cell=solution_cell())
-    cpu = _cpu_seconds() - started
+    cpu = cpu_seconds() - started
     print(f"ZeRO-3 visible + hidden: {cpu:.1f} CPU seconds")
     assert cpu / 2 < 90
     sizes = zero3_verdict.layout(2)
@@ -107,7 +101,7 @@ def test_the_solution_passes_what_its_test_cell_runs(repeat):
         assert step["collectives"]["all-gather"]["elements"] == 2 * sizes["psi_padded"]
         assert step["collectives"]["reduce-scatter"]["elements"] == sizes["psi_padded"]
         assert "all-reduce" not in step["collectives"]
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow
@@ -118,7 +112,7 @@ def test_the_solution_passes_without_prefetch_and_holds_less_at_its_peak():
     peak = [max(s["peak_param_bytes"] for s in r["steps"] if s["peak_param_bytes"] is not None) for r in (
         with_prefetch[0], without[0])]
     assert peak[1] < peak[0], peak
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow
@@ -128,7 +122,7 @@ def test_each_wrong_implementation_gets_its_named_verdict(name):
     with pytest.raises(AssertionError) as failure:
         zero3_grade.zero3(2, cell=build())
     assert fragment in str(failure.value), str(failure.value)
-    assert not psutil.Process().children(recursive=True), "a rank outlived its run"
+    assert not ranks_left(), "a rank outlived its run"
 
 
 def _clean_run(world_size, **changes):

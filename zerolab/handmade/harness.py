@@ -1,8 +1,9 @@
 """Start N gloo ranks on CPU that run the learner's cell, wait for them, and always stop every one.
 
-The ranks are forked by one ``python -m zerolab.handmade.rank JOB.json N`` after it has imported torch, in a
-session of their own (zerolab.run.launch.stop takes down the ranks and whatever they started). A rank that fails
-writes its error; the first one stops the rest. Each rank runs one thread.
+The ranks are forked by a launcher that has imported torch already (zerolab.handmade.rank_launcher, one per
+process, started on first use; else one ``python -m zerolab.handmade.rank JOB.json N``), in a session of their
+own (zerolab.run.launch.stop takes down the ranks and whatever they started). A rank that fails writes its error;
+the first one stops the rest. Each rank runs one thread.
 """
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import time
 
+from zerolab.handmade import rank_launcher
 from zerolab.i18n import tr
 from zerolab.run.launch import PORT_IN_USE, free_port, stop
 from zerolab.tools import env_with_interpreter_bin
@@ -56,18 +58,16 @@ def _start_and_wait(job_path, folder, ranks, timeout, progress=False):
     env = dict(env_with_interpreter_bin(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu",
                PYTHONUNBUFFERED="1")
-    with open(os.path.join(folder, "log.txt"), "w+") as log:
-        process = subprocess.Popen([sys.executable, "-m", "zerolab.handmade.rank", job_path, str(ranks)], env=env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            if _wait(process, folder, ranks, timeout, progress) == 0:
-                return None
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            stop([process])
-        log.seek(0)
+    log_path = os.path.join(folder, "log.txt")
+    process = rank_launcher.start(job_path, ranks, env, log_path) or _cold_start(job_path, ranks, env, log_path)
+    try:
+        if _wait(process, folder, ranks, timeout, progress) == 0:
+            return None
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        stop([process])
+    with open(log_path) as log:
         text = [log.read()[-4000:]]
     for rank in range(ranks):
         path = os.path.join(folder, f"log{rank}.txt")
@@ -75,6 +75,13 @@ def _start_and_wait(job_path, folder, ranks, timeout, progress=False):
             with open(path) as rank_log:
                 text.append(rank_log.read()[-4000:])
     return "\n".join(part for part in text if part) or "(no output)"
+
+
+def _cold_start(job_path, ranks, env, log_path):
+    """The job's own launcher process, when no warm one can be had: it imports torch, then forks the ranks."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "zerolab.handmade.rank", job_path, str(ranks)], env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _wait(process, folder, ranks, timeout, progress):

@@ -267,8 +267,12 @@ def _write(job, name, payload):
 def fork_ranks(job_path, ranks):
     """Fork the ranks from this process once torch is imported; 0 when all succeed. The first rank to fail stops
     the others half a second later (time for their own error files), like a launcher would."""
-    from zerolab.run.worker import stop_when_orphaned
+    import_what_ranks_need()
+    return fork_ranks_now(job_path, ranks)
 
+
+def import_what_ranks_need():
+    """What every rank imports before the learner's code runs (zerolab.handmade.rank_launcher does it once)."""
     import torch
     import torch._dynamo  # noqa: F401 (torch.optim.Optimizer's constructor imports it: a second of CPU per rank)
     import torch.distributed  # noqa: F401 (each rank imports it before the learner's code runs, as before)
@@ -276,6 +280,11 @@ def fork_ranks(job_path, ranks):
     from zerolab.handmade import live, model, partition, source  # noqa: F401 (every rank needs them)
 
     torch.set_num_threads(1)
+
+
+def fork_ranks_now(job_path, ranks):
+    from zerolab.run.worker import stop_when_orphaned
+
     with open(job_path) as handle:
         job = json.load(handle)
     # Ranks that run no learner code may import DeepSpeed before forking: nothing the learner must not use is loaded.
