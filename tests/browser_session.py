@@ -29,11 +29,15 @@ NEEDS_CHROMIUM = [pytest.mark.slow,
 
 
 @contextlib.contextmanager
-def jupyter_lab(root):
-    """A JupyterLab server (this venv's, students' configuration) on a free port over ``root``: yields its URL."""
+def jupyter_lab(root, run_cache=None):
+    """A JupyterLab server (this venv's, students' configuration) on a free port over ``root``: yields its URL.
+    Its kernels copy the teaching cells' real runs from ``run_cache`` (ZEROLAB_RUN_CACHE), if given."""
     port = free_port()
     env = env_with_interpreter_bin()
     env.pop("ZEROLAB_STATIC", None)
+    env.pop("ZEROLAB_RUN_CACHE", None)
+    if run_cache:
+        env["ZEROLAB_RUN_CACHE"] = str(run_cache)
     env["JUPYTER_CONFIG_DIR"] = str(root / ".jupyter-user")  # no settings from the user running the tests
     server = subprocess.Popen(
         python_module("jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",

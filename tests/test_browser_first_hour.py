@@ -21,6 +21,7 @@ import pytest
 from tests.browser_session import (browser,  # noqa: F401 (a fixture)
                                    ARTIFACTS, FRONT, NEEDS_CHROMIUM, ROOT, jupyter_lab, open_notebook,
                                    run_all, save, shut_down_kernels)
+from tests.session_cache import run_cache
 from tests.test_no_answers_in_sight import answers_in_sight, errors_outside_exercises, expected_answers, graded
 from zerolab import course
 from zerolab.i18n import translate
@@ -40,7 +41,7 @@ RANK_CELLS = {"08_zero_from_scratch"}
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("first-hour")
-    with jupyter_lab(root) as url:
+    with jupyter_lab(root, run_cache(tmp_path_factory)) as url:  # lesson 08's teaching runs: once a session
         yield url, root
 
 
