@@ -238,7 +238,7 @@ def test_with_reference_grades_the_later_exercise_alone_and_says_why(capsys):
 def test_with_reference_says_nothing_when_the_earlier_answer_is_right_and_covers_a_missing_one(capsys):
     namespace = {"double": lambda x: 2.0 * x + 1e-9}
     earlier = with_reference("double", lambda x: 2 * x, "exercise 1", "exercise 2", namespace=namespace)
-    assert namespace["double"](4) == 8
+    assert namespace["double"](4) == 8 + 1e-9  # the learner's own value: it agrees
     earlier.note()
     assert capsys.readouterr().out == ""
     missing = {}
@@ -248,6 +248,42 @@ def test_with_reference_says_nothing_when_the_earlier_answer_is_right_and_covers
     assert "gives nothing (it is not defined)" in capsys.readouterr().out
     earlier.restore()
     assert "double" not in missing
+
+
+def test_a_right_earlier_answer_is_used_as_it_is_so_the_later_one_is_graded_on_its_own_values():
+    """Issue 29: the course's reference rounds each term to whole bytes, so per_gpu_bytes(1, 3, 8) is 1 there and 2 in
+    exact arithmetic; a right fraction_kept built on one parameter must see the learner's own 2."""
+    from zerolab import memory
+
+    namespace = {}
+    exec("def per_gpu_bytes(params, stage, gpus):\n"
+         "    return 2 * params / (gpus if stage >= 3 else 1) + 2 * params / (gpus if stage >= 2 else 1)"
+         " + 12 * params / (gpus if stage >= 1 else 1)\n"
+         "def fraction_kept(stage, gpus):\n    return per_gpu_bytes(1, stage, gpus) / per_gpu_bytes(1, 0, gpus)\n",
+         namespace)
+    assert memory.estimate(1, 3, gpus_per_node=8).gpu_bytes == 1  # why the rounded figure cannot be the reference
+    for reference, tolerance in (
+            (lambda p, s, g: memory.estimate(p, s, gpus_per_node=g).gpu_bytes, 2),  # agreeing within 2 bytes
+            (lambda p, s, g: memory.estimate(p, s, gpus_per_node=g, whole_bytes=False).gpu_bytes, 1e-6)):  # exact
+        earlier = with_reference("per_gpu_bytes", reference, "exercise 2", "exercise 3", namespace=namespace,
+                                 abs_tol=tolerance)
+        assert namespace["fraction_kept"](3, 8) == 1 / 8 and namespace["fraction_kept"](1, 4) == (2 + 2 + 3) / 16
+        assert earlier.differences == []
+        earlier.restore()
+
+
+def test_an_agreeing_answer_goes_on_as_plain_numbers():
+    class Rigged(float):
+        def __truediv__(self, other):
+            return 0.125
+
+    namespace = {"bytes_of": lambda n: {"gpu": Rigged(16.0 * n), "parts": [Rigged(2.0 * n)]}}
+    with_reference("bytes_of", lambda n: {"gpu": 16 * n, "parts": [2 * n]}, "exercise 1", "exercise 2",
+                   namespace=namespace)
+    got = namespace["bytes_of"](3)
+    assert got == {"gpu": 48, "parts": [6]} and type(got["gpu"]) is int and type(got["parts"][0]) is int
+    half = namespace["bytes_of"](0.5)["gpu"]
+    assert half == 8 and type(half) is float  # the reference's own type
 
 
 def test_agrees_compares_dicts_and_numbers_with_tolerance():

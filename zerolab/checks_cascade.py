@@ -1,8 +1,10 @@
 """A later exercise that calls an earlier one is graded on its own logic, so one mistake costs points once.
 
-For the rest of the test cell, the notebook's name of the earlier function (``pcie_bytes``) calls the course's
-reference instead; the learner's own function is called beside it, and where the two disagree a note says so
-(what the learner's function gave, never what the reference gives). The learner's function is put back when the
+For the rest of the test cell, the notebook's name of the earlier function (``pcie_bytes``) calls the learner's
+function and the course's reference side by side: where the two agree, the learner's own value goes on (as plain
+numbers, so a rigged type cannot ride along); where they disagree, the reference's value does, and a note says so
+(what the learner's function gave, never what the reference gives). References should be exact, so that agreeing
+means right at any size. The learner's function is put back when the
 cell ends, also when it fails (IPython's post_run_cell event).
 
     earlier = with_reference("pcie_bytes", reference_pcie_bytes, "exercise 3", "exercise 4")
@@ -64,7 +66,7 @@ class Substitute:
                 got = tr(f"an error ({type(error).__name__})")
             else:
                 if agrees(got, want, self.rel_tol, self.abs_tol):
-                    return want
+                    return plain_like(got, want)  # a right answer is graded with its own value, not the course's
                 got = _short(got)
         shown = ", ".join([repr(arg) for arg in args] + [f"{key}={value!r}" for key, value in kwargs.items()])
         self.differences.append((f"{self.name}({shown})", got))
@@ -89,6 +91,18 @@ def agrees(got, want, rel_tol=1e-6, abs_tol=2):
         except (TypeError, ValueError, OverflowError):
             return False
     return got == want
+
+
+def plain_like(got, want):
+    """The learner's ``got``, which agrees with ``want``, in ``want``'s plain types (int, float, dict, list)."""
+    if isinstance(want, dict):
+        return {key: plain_like(got[key], want[key]) for key in want}
+    if isinstance(want, (list, tuple)):
+        return type(want)(plain_like(a, b) for a, b in zip(got, want))
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        value = float(got)
+        return int(value) if isinstance(want, int) and value.is_integer() else value
+    return want
 
 
 def _short(value):

@@ -116,15 +116,17 @@ def default_largest_layer(params):
 
 def estimate(params, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
              precision="fp16", accounting="paper", largest_layer_params=None, zero_init=True,
-             buffer_factor=DEFAULT_BUFFER_FACTOR):
-    """Model-state memory for ``params`` parameters trained with ZeRO ``stage`` on nodes x gpus_per_node GPUs."""
+             buffer_factor=DEFAULT_BUFFER_FACTOR, whole_bytes=True):
+    """Model-state memory for ``params`` parameters trained with ZeRO ``stage`` on nodes x gpus_per_node GPUs.
+    The paper's accounting rounds each term to whole bytes; ``whole_bytes=False`` keeps the exact quotients (one
+    parameter over 8 GPUs holds 2 bytes of ZeRO-3 state, not 1), as graders comparing a learner's formula need."""
     _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,
            buffer_factor)
     setup = dict(params=params, stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
                  precision=precision, accounting=accounting, gpus_per_node=gpus_per_node, nodes=nodes)
     if accounting == "paper":
         gpu, cpu, nvme = _paper(params, stage, gpus_per_node * nodes, gpus_per_node, offload_optimizer,
-                                offload_param, precision)
+                                offload_param, precision, round if whole_bytes else float)
     else:
         if largest_layer_params is None:
             largest_layer_params = default_largest_layer(params)
@@ -168,7 +170,7 @@ def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param
         raise ValueError(f"buffer_factor must be > 0, got {buffer_factor!r}")
 
 
-def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param, precision):
+def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param, precision, rounded=round):
     half = 4 if precision == "fp32" else 2
     terms = {  # bytes per parameter, and from which stage on each term is partitioned
         "params": (half, 3),
@@ -186,9 +188,9 @@ def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param
             continue
         per_rank = per_param * params / (world if stage >= partitioned_from else 1)
         if place[name] == "none":
-            gpu[name] = round(per_rank)
+            gpu[name] = rounded(per_rank)
         else:
-            ({"cpu": cpu, "nvme": nvme}[place[name]])[name] = round(per_rank * gpus_per_node)
+            ({"cpu": cpu, "nvme": nvme}[place[name]])[name] = rounded(per_rank * gpus_per_node)
     return gpu, cpu, nvme
 
 

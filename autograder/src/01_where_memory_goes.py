@@ -244,8 +244,8 @@ from zerolab.checks_source import off_limits
 
 off_limits("per_gpu_bytes", ["zerolab.memory.estimate"], exercise="exercise 2", earlier=["model_state_bytes"],
            instead="divide the states each stage partitions by the GPU count yourself")
-_earlier = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0).breakdown["gpu"], "exercise 1",
-                          "exercise 2")
+_earlier = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0, whole_bytes=False)
+                          .breakdown["gpu"], "exercise 1", "exercise 2", abs_tol=1e-6)
 from zerolab.checks import close_to, number
 
 number(per_gpu_bytes(1000, 0, 8), "per_gpu_bytes(1000, 0, 8)", "bytes")
@@ -334,10 +334,10 @@ from zerolab.checks_source import off_limits
 
 off_limits("fraction_kept", ["zerolab.memory.estimate"], exercise="exercise 3",
            earlier=["per_gpu_bytes", "model_state_bytes"], instead="divide what each stage keeps by what DDP keeps yourself")
-_earlier = with_reference("per_gpu_bytes", lambda params, stage, gpus: memory.estimate(params, stage, gpus_per_node=gpus)
-                          .gpu_bytes, "exercise 2", "exercise 3", rel_tol=1e-6)
-_earliest = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0).breakdown["gpu"], "exercise 1",
-                           "exercise 3")
+_earlier = with_reference("per_gpu_bytes", lambda params, stage, gpus: memory.estimate(
+    params, stage, gpus_per_node=gpus, whole_bytes=False).gpu_bytes, "exercise 2", "exercise 3", abs_tol=1e-6)
+_earliest = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0, whole_bytes=False)
+                           .breakdown["gpu"], "exercise 1", "exercise 3", abs_tol=1e-6)
 
 from zerolab.checks import close_to
 
