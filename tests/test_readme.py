@@ -102,8 +102,29 @@ def test_the_grading_setup_waits_for_the_ops(tmp_path):
 
 
 def test_readme_explains_the_background_build_and_publishing_in_both_editions():
+    """In the README or in the page of measured times it links (docs/benchmarks.md, docs/zh/benchmarks.md)."""
     readme, readme_zh = (ROOT / "README.md").read_text(), (ROOT / "README.zh.md").read_text()
+    assert "(docs/benchmarks.md)" in readme and "(docs/zh/benchmarks.md)" in readme_zh
+    readme += (ROOT / "docs" / "benchmarks.md").read_text()
+    readme_zh += (ROOT / "docs" / "zh" / "benchmarks.md").read_text()
     for text in (" ".join(readme.split()), " ".join(readme_zh.split())):
         assert ".venv/build_ops.log" in text and ("compiling cpu_adam" in text or "正在编译 cpu_adam" in text)
         assert "autograder/build.py --publish https://github.com/OWNER/NAME" in text
         assert "@" + "SETUP" not in text and "@" + "OPS" not in text, "measured times filled in"
+
+
+def test_the_readmes_are_short_and_every_link_of_theirs_and_of_the_guides_leads_somewhere():
+    """A newcomer reads the README in two minutes; the instructor guide, the CLI reference and the measured times
+    live in docs/ (both editions), linked from it. Every relative link there points at a file of the repository."""
+    pages = [ROOT / "README.md", ROOT / "README.zh.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for readme, guides in (("README.md", ("docs/instructor.md", "docs/cli.md", "docs/benchmarks.md")),
+                           ("README.zh.md", ("docs/zh/instructor.md", "docs/zh/cli.md", "docs/zh/benchmarks.md"))):
+        text = (ROOT / readme).read_text()
+        assert len(text.splitlines()) < 120, f"{readme} is {len(text.splitlines())} lines"
+        assert all(f"]({guide})" in text for guide in guides), readme
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).resolve().exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken

@@ -86,9 +86,11 @@ def published():
 
 
 UNPUBLISHED_NOTE = ("Colab, ModelScope and Binder badges appear here once the course is published: "
-                    "`python autograder/build.py --publish https://github.com/OWNER/NAME` (see the instructor guide).")
+                    "`python autograder/build.py --publish https://github.com/OWNER/NAME` "
+                    "(see the [instructor guide](docs/instructor.md)).")
 UNPUBLISHED_NOTE_ZH = ("课程发布后，这里会出现 Colab、ModelScope 和 Binder 的徽章："
-                       "`python autograder/build.py --publish https://github.com/OWNER/NAME`（见教师指南）。")
+                       "`python autograder/build.py --publish https://github.com/OWNER/NAME`"
+                       "（见[教师指南](docs/zh/instructor.md)）。")
 
 
 LANGUAGES = ("en", "zh")
