@@ -261,6 +261,9 @@ def build(names, out, execute=True, log=print, publish_url=None):
     elif course.REPO is None:
         course.REPO = origin_repository()
     log(f"published at {course.REPO}" if course.published() else "unpublished: no badges (see --publish)")
+    if out != ROOT:  # a course folder elsewhere grades as it is: nbgrader's configuration (caps included) goes too
+        (out / "autograder").mkdir(parents=True, exist_ok=True)
+        shutil.copy(AUTOGRADER / "nbgrader_config.py", out / "autograder" / "nbgrader_config.py")
     (out / "README.md").write_text(readme_with_lesson_map((ROOT / "README.md").read_text()))
     (out / "README.zh.md").write_text(with_lesson_map((ROOT / "README.zh.md").read_text(), README_ZH_MAP, "",
                                                       course.lesson_map_zh(), "README.zh.md"))

@@ -35,6 +35,13 @@ def links(path):
             f"https://modelscope.cn/notebook/share/github/test-owner/test-course/blob/main/{path}")
 
 
+def test_a_course_built_elsewhere_has_its_grading_configuration(published):
+    """build.py --out writes a course folder that grades as it is: nbgrader_config.py (the caps) beside source/."""
+    config = published / "autograder" / "nbgrader_config.py"
+    assert config.read_text() == (ROOT / "autograder" / "nbgrader_config.py").read_text()
+    assert (published / "autograder" / "source").is_dir()
+
+
 def test_publish_records_the_repository_in_the_course(published):
     text = (published / "zerolab" / "course.py").read_text()
     assert f"REPO = '{URL}'" in text, "the .git of a clone URL is dropped"
