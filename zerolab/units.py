@@ -56,14 +56,16 @@ def format_bytes(n, unit="GB"):
     return f"{value:.2f} {unit}"
 
 
-_BYTES = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
-_BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": GB, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": GiB,
-               "tib": 2**40}
+_BYTES = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(B|bytes?|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$",
+                    re.IGNORECASE)
+_BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": GB, "tb": 10**12, "kib": 2**10,
+               "mib": 2**20, "gib": GiB, "tib": 2**40}
 
 
-def parse_bytes(text):
-    """Bytes from '80GB' (80 x 10**9), '80GiB' (80 x 2**30), '1TB', '512MiB'. The unit is required."""
+def parse_bytes(text, allow_zero=False):
+    """Bytes from '80GB' (80 x 10**9), '80GiB' (80 x 2**30), '1TB', '512MiB', '6.6e-4 GiB', '711168 bytes'. The unit
+    is required; zero only with ``allow_zero`` (an answer may be 0 MB; a GPU's memory may not)."""
     match = _BYTES.match(str(text))
-    if not match or float(match.group(1)) <= 0:
+    if not match or float(match.group(1)) < 0 or (float(match.group(1)) == 0 and not allow_zero):
         raise ValueError(f"{text!r} is not a memory size; write e.g. 80GB (10^9 bytes each), 80GiB (2^30) or 1TB")
-    return int(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])
+    return round(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])

@@ -23,10 +23,11 @@ def diagnosis_key():
 
 
 def as_bytes(value, name="your answer"):
-    """Bytes from an int or float (bytes) or a string with a unit ('1.2 GB', '1.1GiB'); AssertionError otherwise."""
+    """Bytes from an int or float (bytes) or a string with a unit ('1.2 GB', '1.1GiB', '0.0 MB', '6.6e-4 GiB',
+    '711168 bytes'); AssertionError otherwise."""
     if type(value) is str:
         try:
-            return parse_bytes(value)
+            return parse_bytes(value, allow_zero=True)
         except ValueError:
             raise AssertionError(f"wrong unit: {name} is the string {value!r:.40}; write a number of bytes, or a "
                                  "string with a unit such as '1.5 GB' or '1.4 GiB'") from None
