@@ -70,6 +70,30 @@ def killed(tmp_path_factory):
     return folder
 
 
+def test_latest_and_zero_to_fp32_sit_one_level_above_the_tag_folder(saved):
+    """Lesson 07 Q20 and lesson 09 section 1: the tag's folder holds the ranks' .pt files only; `latest` and the
+    copied `zero_to_fp32.py` are in the folder given to save_checkpoint."""
+    for stage in (1, 2, 3):
+        folder, _ = saved[f"stage{stage}"]
+        tag = (folder / "latest").read_text().strip()
+        assert (folder / "zero_to_fp32.py").is_file(), f"stage {stage}"
+        assert [p.name for p in (folder / tag).iterdir() if p.suffix != ".pt"] == [], f"stage {stage}"
+
+
+def test_zero3_state_dict_holds_placeholders_and_the_gather_flag_changes_only_save_16bit_model(saved, tmp_path):
+    """Lesson 07 Q22: after ZeRO-3 training `model.state_dict()` returns empty placeholders, also with
+    stage3_gather_16bit_weights_on_model_save set; the flag changes what save_16bit_model writes (whole weights)."""
+    _, stage2 = saved["stage2"]
+    whole = sum(len(values) for values in stage2[0]["final"]["params"].values())
+    assert stage2[0]["state_dict_numel"] >= whole  # stage 2: the module holds every weight
+    _, stage3 = saved["stage3"]
+    gathered = save_run(checkpoint_config(stage=3, gather_16bit=True), tmp_path / "ck", ranks=RANKS, steps=1,
+                        save_16bit="model.bin")
+    assert [r["state_dict_numel"] for r in stage3 + gathered] == [0] * (2 * RANKS)
+    weights = torch.load(tmp_path / "ck" / "model.bin", map_location="cpu", weights_only=True)
+    assert sum(t.numel() for t in weights.values()) >= whole
+
+
 def real_files(folder):
     tag = (folder / "latest").read_text().strip()
     return {path.name: path for path in (folder / tag).glob("*.pt")}

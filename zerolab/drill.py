@@ -31,11 +31,11 @@ OPTIONS = {
             ("no_gradients", "the calculator left out the gradients, which ZeRO never partitions"),
             ("allocator", "PyTorch's caching allocator frees nothing until the optimizer step ends"),
             ("hf_activations", "the calculator counted activations as Megatron's GPT layer keeps them; Hugging Face's "
-                               "Llama code keeps more (an fp32 copy in each RMSNorm, attention's output twice) and "
+                               "Llama code keeps more (an fp32 copy of the input in each RMSNorm) and "
                                "starts backward with the loss's fp32 gradients over the whole vocabulary")),
     "Q20": (("shards", "per rank: a model-states file whose weights are empty placeholders, and an optimizer-states "
-                       "file with that rank's fp32 master weights and Adam moments; plus `latest` and the "
-                       "`zero_to_fp32.py` script"),
+                       "file with that rank's fp32 master weights and Adam moments (`latest` and the "
+                       "`zero_to_fp32.py` script go one level up, beside the tag's folder)"),
             ("whole_fp32", "one file with the whole model in fp32, ready for `torch.load`"),
             ("whole_per_rank", "on every rank, the whole bf16 model and all its Adam states"),
             ("weights_only", "per rank, that rank's bf16 shard of the weights; the optimizer states are not saved")),
@@ -47,8 +47,8 @@ OPTIONS = {
             ("cannot", "nothing can: a ZeRO checkpoint resumes only on the number of ranks that saved it")),
     "Q22": (("async", "the save is asynchronous, and the file is written only after the job ends"),
             ("fp32_on_cpu", "ZeRO-3 keeps the weights only in fp32 on the CPU, where the save does not look"),
-            ("placeholders", "each rank holds only its shard, so the module's parameters are empty placeholders unless "
-                             "`stage3_gather_16bit_weights_on_model_save` gathers them, and it is off by default"),
+            ("placeholders", "outside forward and backward each rank holds only its shard, so the module's parameters "
+                             "are empty placeholders, and `state_dict()` returns those"),
             ("bug", "a DeepSpeed bug: upgrading fixes it")),
 }
 RIGHT = {"Q02": "master_and_moments", "Q10": "stage_dependent", "Q13": "page_locked", "Q17": "between_2_and_4",

@@ -1300,12 +1300,12 @@ if revealed("Q18"):
 # - B: the calculator left out the gradients, which ZeRO never partitions
 # - C: PyTorch's caching allocator frees nothing until the optimizer step ends
 # - D: the calculator counted activations as Megatron's GPT layer keeps them; Hugging Face's Llama code keeps
-#   more (an fp32 copy in each RMSNorm, attention's output twice) and starts backward with the loss's fp32
-#   gradients over the whole vocabulary
+#   more (an fp32 copy of the input in each RMSNorm) and starts backward with the loss's fp32 gradients over the
+#   whole vocabulary
 #
 # Set `Q19` to a letter.
 
-# %% [markdown] lang="zh" en="dc8ea43afce0"
+# %% [markdown] lang="zh" en="6aab241b259d"
 # ## Q19：估算说放得下（1 分）
 #
 # 某个显存计算器按 Megatron 论文的口径统计激活值，它说你的 Llama 2 7B 微调在 ZeRO-3、不卸载、不重计算、
@@ -1314,8 +1314,8 @@ if revealed("Q18"):
 # - A：DeepSpeed 要到第一步之后才切分优化器状态，所以第一步持有完整的优化器状态
 # - B：计算器漏算了梯度，而 ZeRO 从不切分梯度
 # - C：PyTorch 的缓存分配器在优化器步结束之前什么都不释放
-# - D：计算器按 Megatron 的 GPT 层统计激活值；Hugging Face 的 Llama 代码保存得更多（每个 RMSNorm 一份 fp32
-#   副本，注意力的输出保存两次），而且反向传播一开始就有损失在整个词表上的 fp32 梯度
+# - D：计算器按 Megatron 的 GPT 层统计激活值；Hugging Face 的 Llama 代码保存得更多（每个 RMSNorm 一份输入的
+#   fp32 副本），而且反向传播一开始就有损失在整个词表上的 fp32 梯度
 #
 # 把 `Q19` 设为一个字母。
 
@@ -1395,20 +1395,21 @@ if revealed("Q19"):
 # folder hold?
 #
 # - A: per rank: a model-states file whose weights are empty placeholders, and an optimizer-states file with that
-#   rank's fp32 master weights and Adam moments; plus `latest` and the `zero_to_fp32.py` script
+#   rank's fp32 master weights and Adam moments (`latest` and the `zero_to_fp32.py` script go one level up,
+#   beside the tag's folder)
 # - B: one file with the whole model in fp32, ready for `torch.load`
 # - C: on every rank, the whole bf16 model and all its Adam states
 # - D: per rank, that rank's bf16 shard of the weights; the optimizer states are not saved
 #
 # Set `Q20` to a letter.
 
-# %% [markdown] lang="zh" en="0a1e4ec28327"
+# %% [markdown] lang="zh" en="596a6673fa21"
 # ## Q20：ZeRO-3 检查点里有什么（1 分）
 #
 # 一个在 2 张 GPU 上运行的 ZeRO-3 作业用 DeepSpeed 的默认设置调用 `engine.save_checkpoint(dir)`。
 # 这个 tag 的文件夹里有什么？
 #
-# - A：每个 rank：一个模型状态文件，其中的权重是空的占位张量；一个优化器状态文件，保存该 rank 的 fp32 主权重和 Adam 动量；另外还有 `latest` 和 `zero_to_fp32.py` 脚本
+# - A：每个 rank：一个模型状态文件，其中的权重是空的占位张量；一个优化器状态文件，保存该 rank 的 fp32 主权重和 Adam 动量；（`latest` 和 `zero_to_fp32.py` 脚本写在上一层，与 tag 文件夹并列）
 # - B：一个文件，保存整个 fp32 模型，可以直接 `torch.load`
 # - C：每个 rank 都保存整个 bf16 模型及其全部 Adam 状态
 # - D：每个 rank 保存自己那一份 bf16 权重分片；优化器状态不保存
@@ -1446,18 +1447,18 @@ passed("Q20")
 #
 # **Answer.** A. Each rank writes what it holds: its partition of the fp32 master weights and of Adam's
 # moments in its own optimizer file (12 bytes per parameter, divided by the ranks), and a model-states file whose
-# parameters are the empty placeholders ZeRO-3 leaves in the module. `latest` names the tag, and DeepSpeed copies
-# `zero_to_fp32.py` next to it, which rebuilds the whole fp32 model from the optimizer files. Lesson 09 lists the
-# real files and their bytes.
+# parameters are the empty placeholders ZeRO-3 leaves in the module. One level up, in the folder given to
+# `save_checkpoint`, `latest` names the tag and DeepSpeed's `zero_to_fp32.py` (copied there) rebuilds the whole
+# fp32 model from the optimizer files. Lesson 09 lists the real files and their bytes.
 #
 # </details>
 
-# %% [markdown] lang="zh" en="7d02e1c2b0c3"
+# %% [markdown] lang="zh" en="3526db3b6cee"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** A。每个 rank 写下自己持有的内容：它那一份 fp32 主权重和 Adam 动量放在自己的优化器文件里（每个参数 12 字节，再除以 rank 数）；
-# 模型状态文件里的参数则是 ZeRO-3 留在模块里的空占位张量。`latest` 记下 tag，DeepSpeed 还会把 `zero_to_fp32.py` 复制到旁边，
-# 它能从优化器文件重建整个 fp32 模型。第 09 课会列出真实的文件和字节数。
+# 模型状态文件里的参数则是 ZeRO-3 留在模块里的空占位张量。上一层、也就是传给 `save_checkpoint` 的文件夹里，`latest` 记下 tag，
+# DeepSpeed 复制到那里的 `zero_to_fp32.py` 能从优化器文件重建整个 fp32 模型。第 09 课会列出真实的文件和字节数。
 #
 # </details>
 
@@ -1540,13 +1541,13 @@ passed("Q21")
 #
 # - A: the save is asynchronous, and the file is written only after the job ends
 # - B: ZeRO-3 keeps the weights only in fp32 on the CPU, where the save does not look
-# - C: each rank holds only its shard, so the module's parameters are empty placeholders unless
-#   `stage3_gather_16bit_weights_on_model_save` gathers them, and it is off by default
+# - C: outside forward and backward each rank holds only its shard, so the module's parameters are empty
+#   placeholders, and `state_dict()` returns those
 # - D: a DeepSpeed bug: upgrading fixes it
 #
 # Set `Q22` to a letter.
 
-# %% [markdown] lang="zh" en="444bd1f27cf0"
+# %% [markdown] lang="zh" en="0cc76e2ac475"
 # ## Q22：空的 ZeRO-3 保存（1 分）
 #
 # ZeRO-3 训练结束后，在 rank 0 上执行 `torch.save(model.state_dict(), 'model.pt')`，写出的文件只有几 KB，
@@ -1554,7 +1555,7 @@ passed("Q21")
 #
 # - A：保存是异步的，文件要等作业结束后才写入
 # - B：ZeRO-3 只在 CPU 上以 fp32 保存权重，而保存时不会去那里找
-# - C：每个 rank 只持有自己的分片，所以模块的参数是空的占位张量，除非 `stage3_gather_16bit_weights_on_model_save` 把它们收集起来，而它默认是关闭的
+# - C：在前向和反向之外，每个 rank 只持有自己的分片，所以模块的参数是空的占位张量，`state_dict()` 返回的就是它们
 # - D：这是 DeepSpeed 的 bug：升级就能解决
 #
 # 把 `Q22` 设为一个字母。
@@ -1594,16 +1595,17 @@ passed("Q22")
 #
 # **Answer.** C. Outside forward and backward a ZeRO-3 rank keeps only its shard; the module's parameters are
 # empty placeholders, and `state_dict()` saves those. Set `stage3_gather_16bit_weights_on_model_save` to true and
-# save with `engine.save_16bit_model(dir)`, which gathers the whole 16-bit model on rank 0, or consolidate a
-# checkpoint with `zero_to_fp32` (`zerolab ckpt consolidate`). Lesson 09 shows the failure for real.
+# save with `engine.save_16bit_model(dir)`, which gathers the whole 16-bit model on rank 0 (the flag changes what
+# that call writes, not what `state_dict()` returns), or consolidate a checkpoint with `zero_to_fp32`
+# (`zerolab ckpt consolidate`). Lesson 09 shows the failure for real.
 #
 # </details>
 
-# %% [markdown] lang="zh" en="8ace60d8b16a"
+# %% [markdown] lang="zh" en="ff9900b5fe9d"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** C。在前向和反向之外，ZeRO-3 的每个 rank 只保留自己的分片；模块里的参数是空的占位张量，`state_dict()` 保存的就是它们。
-# 把 `stage3_gather_16bit_weights_on_model_save` 设为 true，并用 `engine.save_16bit_model(dir)` 保存，它会在 rank 0 上收集完整的 16 位模型；
+# 把 `stage3_gather_16bit_weights_on_model_save` 设为 true，并用 `engine.save_16bit_model(dir)` 保存，它会在 rank 0 上收集完整的 16 位模型（这个开关改变的是这次调用写出的内容，而不是 `state_dict()` 的返回值）；
 # 或者用 `zero_to_fp32`（`zerolab ckpt consolidate`）合并检查点。第 09 课会真实地演示这个失败。
 #
 # </details>

@@ -3,7 +3,8 @@
 The job trains the tiny GPT for ``steps`` steps under ``config`` (after loading ``load_dir`` when given, the way a
 resumed job does) and then saves to ``save_dir`` when given. Each rank writes what it saw to
 ``<result_dir>/rank<R>.json``: the global step, the optimizer's step count and the full fp32-rounded parameters
-(gathered at ZeRO-3), so the launcher's caller can check a resume continues where the save stopped.
+(gathered at ZeRO-3), so the launcher's caller can check a resume continues where the save stopped, and how many
+elements the module's own ``state_dict()`` holds at the end.
 
 ``kill_rank_in_save`` makes that rank SIGKILL itself just before DeepSpeed writes its optimizer-state file: a
 job killed in the middle of a save, for real.
@@ -56,7 +57,9 @@ def run_job(job, rank):
         engine.save_checkpoint(job["save_dir"], tag=job.get("save_tag"), client_state=UNIVERSAL_INFO)
         if job.get("save_16bit"):
             engine.save_16bit_model(job["save_dir"], job["save_16bit"])
-    return {"rank": rank, "loaded": loaded, "final": snapshot(engine)}
+    # what `engine.module.state_dict()` holds after the job (ZeRO-3: placeholders, whatever the config says)
+    state_dict_numel = sum(tensor.numel() for tensor in engine.module.state_dict().values())
+    return {"rank": rank, "loaded": loaded, "final": snapshot(engine), "state_dict_numel": state_dict_numel}
 
 
 def snapshot(engine):
