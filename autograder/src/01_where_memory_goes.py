@@ -529,14 +529,16 @@ print(tr(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_by
 #
 # The paper counts Megatron's GPT layer. Most fine-tunes run Hugging Face's Llama code, which keeps more: each
 # RMSNorm keeps an fp32 copy of its input, and backward starts with the loss's fp32 gradients over the whole
-# vocabulary. (Attention's output is kept once: the output projection saves the very tensor attention saved.) zerolab counts both (`implementation="megatron"` or `"hf"`).
+# vocabulary. (Attention's output is kept once: the output projection saves the very tensor attention saved.)
+# <!-- claim: hf-llama-attention-output-once --> zerolab counts both (`implementation="megatron"` or `"hf"`).
 # Its error ledger (`docs/fit_ledger.md`) puts each next to a simulation of the whole real model: PyTorch's
 # FakeTensorMode runs a training step with shapes but no data, so a 70B model fits on a laptop.
 
-# %% [markdown] lang="zh" en="b642c0bb8c9b"
+# %% [markdown] lang="zh" en="e2d2dc6ebeba"
 # ### 激活值由谁的代码保存？
 #
-# 论文统计的是 Megatron 的 GPT 层。而大多数微调跑的是 Hugging Face 的 Llama 代码，它保存得更多：每个 RMSNorm 都保存一份 fp32 的输入副本，反向传播一开始还有损失在整个词表上的 fp32 梯度。（注意力的输出只保存一次：输出投影保存的正是注意力已经保存的那个张量。）zerolab 两种都能统计（`implementation="megatron"` 或 `"hf"`）。它的误差账本（`docs/fit_ledger.md`）把两者分别与整个真实模型的模拟结果并列：PyTorch 的 FakeTensorMode 只带形状、不带数据地跑一个训练步，所以 70B 的模型在笔记本电脑上也能模拟。
+# 论文统计的是 Megatron 的 GPT 层。而大多数微调跑的是 Hugging Face 的 Llama 代码，它保存得更多：每个 RMSNorm 都保存一份 fp32 的输入副本，反向传播一开始还有损失在整个词表上的 fp32 梯度。（注意力的输出只保存一次：输出投影保存的正是注意力已经保存的那个张量。）
+# <!-- claim: hf-llama-attention-output-once -->zerolab 两种都能统计（`implementation="megatron"` 或 `"hf"`）。它的误差账本（`docs/fit_ledger.md`）把两者分别与整个真实模型的模拟结果并列：PyTorch 的 FakeTensorMode 只带形状、不带数据地跑一个训练步，所以 70B 的模型在笔记本电脑上也能模拟。
 
 # %%
 from zerolab import fit_ledger

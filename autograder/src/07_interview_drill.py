@@ -1304,8 +1304,9 @@ if revealed("Q18"):
 #   whole vocabulary
 #
 # Set `Q19` to a letter.
+# <!-- claim: hf-llama-attention-output-once -->
 
-# %% [markdown] lang="zh" en="6aab241b259d"
+# %% [markdown] lang="zh" en="41199d27a34b"
 # ## Q19：估算说放得下（1 分）
 #
 # 某个显存计算器按 Megatron 论文的口径统计激活值，它说你的 Llama 2 7B 微调在 ZeRO-3、不卸载、不重计算、
@@ -1318,6 +1319,7 @@ if revealed("Q18"):
 #   fp32 副本），而且反向传播一开始就有损失在整个词表上的 fp32 梯度
 #
 # 把 `Q19` 设为一个字母。
+# <!-- claim: hf-llama-attention-output-once -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex19_estimate_said_it_fits", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -1450,15 +1452,17 @@ passed("Q20")
 # parameters are the empty placeholders ZeRO-3 leaves in the module. One level up, in the folder given to
 # `save_checkpoint`, `latest` names the tag and DeepSpeed's `zero_to_fp32.py` (copied there) rebuilds the whole
 # fp32 model from the optimizer files. Lesson 09 lists the real files and their bytes.
+# <!-- claim: ckpt-latest-beside-the-tag-folder -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="3526db3b6cee"
+# %% [markdown] lang="zh" en="27da954f0ad3"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** A。每个 rank 写下自己持有的内容：它那一份 fp32 主权重和 Adam 动量放在自己的优化器文件里（每个参数 12 字节，再除以 rank 数）；
 # 模型状态文件里的参数则是 ZeRO-3 留在模块里的空占位张量。上一层、也就是传给 `save_checkpoint` 的文件夹里，`latest` 记下 tag，
 # DeepSpeed 复制到那里的 `zero_to_fp32.py` 能从优化器文件重建整个 fp32 模型。第 09 课会列出真实的文件和字节数。
+# <!-- claim: ckpt-latest-beside-the-tag-folder -->
 #
 # </details>
 
@@ -1598,15 +1602,17 @@ passed("Q22")
 # save with `engine.save_16bit_model(dir)`, which gathers the whole 16-bit model on rank 0 (the flag changes what
 # that call writes, not what `state_dict()` returns), or consolidate a checkpoint with `zero_to_fp32`
 # (`zerolab ckpt consolidate`). Lesson 09 shows the failure for real.
+# <!-- claim: zero3-state-dict-holds-placeholders -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="ff9900b5fe9d"
+# %% [markdown] lang="zh" en="1c9111ed84ca"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** C。在前向和反向之外，ZeRO-3 的每个 rank 只保留自己的分片；模块里的参数是空的占位张量，`state_dict()` 保存的就是它们。
 # 把 `stage3_gather_16bit_weights_on_model_save` 设为 true，并用 `engine.save_16bit_model(dir)` 保存，它会在 rank 0 上收集完整的 16 位模型（这个开关改变的是这次调用写出的内容，而不是 `state_dict()` 的返回值）；
 # 或者用 `zero_to_fp32`（`zerolab ckpt consolidate`）合并检查点。第 09 课会真实地演示这个失败。
+# <!-- claim: zero3-state-dict-holds-placeholders -->
 #
 # </details>
 

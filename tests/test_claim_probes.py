@@ -1,0 +1,41 @@
+"""Sentences of the lessons about what a library does, checked on the library itself where no run of the course
+shows them (the other claims are checked where the runs are: tests/test_ckpt.py, tests/test_simulate.py, ...).
+
+- Hugging Face's Llama keeps attention's output once (lesson 01, "Whose code keeps the activations?"; lesson 07
+  Q19): SDPA's output is laid out so that transpose-then-contiguous() is a no-op, so the output projection saves
+  the very storage SDPA saved for its own backward. Were it copied, the copy would be a second saved storage.
+"""
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_hugging_face_llama_keeps_attentions_output_once(monkeypatch):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=1, vocab_size=100, attn_implementation="sdpa")
+    layer, rotary = LlamaDecoderLayer(config, layer_idx=0), LlamaRotaryEmbedding(config)
+    hidden = torch.randn(2, 16, 64, requires_grad=True)
+    positions = torch.arange(16).unsqueeze(0).expand(2, -1)
+
+    sdpa_outputs, projection_inputs = [], []
+    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def watched_sdpa(*args, **kwargs):
+        out = real_sdpa(*args, **kwargs)
+        sdpa_outputs.append(out.untyped_storage().data_ptr())
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", watched_sdpa)
+    layer.self_attn.o_proj.register_forward_pre_hook(
+        lambda module, inputs: projection_inputs.append(inputs[0].untyped_storage().data_ptr()))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.untyped_storage().data_ptr()) or t,
+                                                  lambda t: t):
+        layer(hidden, attention_mask=None, position_ids=positions, position_embeddings=rotary(hidden, positions))
+    assert len(sdpa_outputs) == 1 and len(projection_inputs) == 1, "the layer did not run SDPA once"
+    assert projection_inputs == sdpa_outputs, "the output projection got a copy of attention's output"
+    assert sdpa_outputs[0] in saved, "SDPA's output is not among the tensors saved for backward"
