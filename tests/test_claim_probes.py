@@ -4,6 +4,8 @@ shows them (the other claims are checked where the runs are: tests/test_ckpt.py,
 - Hugging Face's Llama keeps attention's output once (lesson 01, "Whose code keeps the activations?"; lesson 07
   Q19): SDPA's output is laid out so that transpose-then-contiguous() is a no-op, so the output projection saves
   the very storage SDPA saved for its own backward. Were it copied, the copy would be a second saved storage.
+- `overlap_comm` is off by default at ZeRO stages 0-2 and on at stage 3 (lessons 07 Q10 and 08, section 3):
+  DeepSpeed's own config class resolves a config that leaves it out.
 """
 import pytest
 import torch
@@ -39,3 +41,9 @@ def test_hugging_face_llama_keeps_attentions_output_once(monkeypatch):
     assert len(sdpa_outputs) == 1 and len(projection_inputs) == 1, "the layer did not run SDPA once"
     assert projection_inputs == sdpa_outputs, "the output projection got a copy of attention's output"
     assert sdpa_outputs[0] in saved, "SDPA's output is not among the tensors saved for backward"
+
+
+def test_overlap_comm_defaults_off_below_stage_3_and_on_at_stage_3():
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    assert [DeepSpeedZeroConfig(stage=stage).overlap_comm for stage in (0, 1, 2, 3)] == [False, False, False, True]

@@ -697,10 +697,11 @@ passed("Q10")
 # the reduce-scatter and the parameter all-gathers to side streams instead. **A common claim** puts it at
 # "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (lesson 04).
 # What 0.19.8 allocates for gradient buckets at the default size, in fp16:
+# <!-- claim: overlap-comm-default-by-stage -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="ab5807695e5f"
+# %% [markdown] lang="zh" en="77c6aae52cbb"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** stage 2 及以下默认关闭，stage 3 默认开启：`deepspeed/runtime/zero/config.py` 里有一个校验器：不写这个键时，
@@ -710,6 +711,7 @@ passed("Q10")
 # 它则是把 reduce-scatter 和参数的 all-gather 放到单独的 stream 上。**常见说法**称它要占“4.5 倍桶大小，
 # 默认配置下 9GB”：这来自 2020 年的一个系数，2021 年就删掉了（第 04 课）。0.19.8 在默认桶大小、
 # fp16 下为梯度桶分配的显存：
+# <!-- claim: overlap-comm-default-by-stage -->
 #
 # </details>
 

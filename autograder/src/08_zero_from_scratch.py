@@ -452,12 +452,14 @@ else:
 # The peak is the rank's share, one bucket and one gradient, not the whole model: that is what ZeRO-2 saves, and
 # it only exists because the reduction runs inside backward (on this small model a bucket and one layer are a
 # large part of it; with a real model and more ranks they are a sliver). The traffic is Ψ for the gradients, the
-# paper's reduce-scatter, where DeepSpeed's default all-reduce moves 2Ψ. DeepSpeed also overlaps the reduction
-# with the rest of backward (`overlap_comm`, lesson 03) and keeps a second bucket for it; yours waits for each
-# reduce.
+# paper's reduce-scatter, where DeepSpeed's default all-reduce moves 2Ψ. DeepSpeed can also overlap the reduction
+# with the rest of backward (`overlap_comm`, lesson 03: off by default at stages 1 and 2, on at stage 3), keeping a
+# second bucket for it; yours waits for each reduce.
+# <!-- claim: overlap-comm-default-by-stage -->
 
-# %% [markdown] lang="zh" en="bf6a6dbcc51f"
-# 峰值是本 rank 的分片、一个桶和一个梯度，而不是整个模型：这正是 ZeRO-2 省下的内存，而且只有在反向传播内部做规约才能做到（在这个小模型上，一个桶加一层占了其中很大一部分；换成真实的模型和更多的 rank，它们只占很小一部分）。梯度的通信量是 Ψ，即论文中的 reduce-scatter，而 DeepSpeed 默认的 all-reduce 要传 2Ψ。DeepSpeed 还让规约与反向传播的其余部分重叠（`overlap_comm`，第 03 课），并为此多留一个桶；你的实现则会等每次 reduce 完成。
+# %% [markdown] lang="zh" en="9e89f1fae76c"
+# 峰值是本 rank 的分片、一个桶和一个梯度，而不是整个模型：这正是 ZeRO-2 省下的内存，而且只有在反向传播内部做规约才能做到（在这个小模型上，一个桶加一层占了其中很大一部分；换成真实的模型和更多的 rank，它们只占很小一部分）。梯度的通信量是 Ψ，即论文中的 reduce-scatter，而 DeepSpeed 默认的 all-reduce 要传 2Ψ。DeepSpeed 还可以让规约与反向传播的其余部分重叠（`overlap_comm`，第 03 课：stage 1 和 2 默认关闭，stage 3 默认打开），为此多留一个桶；你的实现则会等每次 reduce 完成。
+# <!-- claim: overlap-comm-default-by-stage -->
 
 # %% [markdown]
 # ## 4. Your ZeRO-1 against DeepSpeed's
