@@ -65,7 +65,8 @@ _BYTE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": GB
 def parse_bytes(text, allow_zero=False):
     """Bytes from '80GB' (80 x 10**9), '80GiB' (80 x 2**30), '1TB', '512MiB', '6.6e-4 GiB', '711168 bytes'. The unit
     is required; zero only with ``allow_zero`` (an answer may be 0 MB; a GPU's memory may not)."""
-    match = _BYTES.match(str(text))
-    if not match or float(match.group(1)) < 0 or (float(match.group(1)) == 0 and not allow_zero):
+    match = _BYTES.match(str(text))  # no sign in the pattern: a negative size does not match
+    value = float(match.group(1)) if match else None
+    if value is None or (value == 0 and not allow_zero):
         raise ValueError(f"{text!r} is not a memory size; write e.g. 80GB (10^9 bytes each), 80GiB (2^30) or 1TB")
-    return round(float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()])
+    return round(value * _BYTE_UNITS[match.group(2).lower()])
