@@ -28,8 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import jupytext
-import nbformat
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # build from a checkout where zerolab is not installed
+from zerolab.tools import skip_the_slow_iri_checker  # noqa: E402
+
+skip_the_slow_iri_checker()  # before nbformat's import
+import jupytext  # noqa: E402
+import nbformat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTOGRADER = ROOT / "autograder"
@@ -49,7 +53,6 @@ LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_ext
                  "pygments_lexer": "ipython3", "version": PYTHON_VERSION}
 NO_WIDGET_STATE = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}}
 
-sys.path.insert(0, str(ROOT))  # build from a checkout even where zerolab is not installed
 from zerolab import course  # noqa: E402
 from editions import edition  # noqa: E402
 from zerolab.tools import env_with_interpreter_bin, poll_shell_in_slices, python_module  # noqa: E402

@@ -103,6 +103,20 @@ def pytest_sessionstart(session):
 
     _DURATIONS["started"] = time.monotonic()
     _DURATIONS["load_average"] = round(os.getloadavg()[0], 1)
+    _DURATIONS["ops"] = _built_ops()
+
+
+def _built_ops():
+    """{op: (library mtime, build.ninja text)} of this venv's compiled DeepSpeed ops: a recompile during the suite
+    costs minutes of CPU, and the build file says which command differed (a CI run saw one, cause unknown)."""
+    from zerolab.tools import own_extensions_root
+
+    root = own_extensions_root()
+    found = {}
+    for library in (root.glob("*/*.so") if root else []):
+        build = library.parent / "build.ninja"
+        found[library.parent.name] = (library.stat().st_mtime, build.read_text() if build.exists() else "")
+    return found
 
 
 def pytest_runtest_logreport(report):
@@ -125,6 +139,12 @@ def pytest_terminal_summary(terminalreporter, config):
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(record, indent=0))
     total = sum(test["seconds"] for test in tests)
+    for op, (built, build) in _built_ops().items():
+        before = _DURATIONS["ops"].get(op)
+        if before and before[0] != built:
+            changed = sorted(set(build.split()) ^ set(before[1].split()))
+            terminalreporter.write_line(f"the suite recompiled DeepSpeed op {op} in this venv; its build command "
+                                        f"changed in: {changed or 'nothing (the library was rebuilt as it was)'}")
     terminalreporter.write_line(
         f"suite time: {len(tests)} tests, {wall / 60:.1f} min wall on {workers} worker(s), {total / 60:.1f} min of "
         f"tests (budget: 25 min wall on an idle 2-core machine; per module: python scripts/suite_budget.py)")

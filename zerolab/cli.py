@@ -9,7 +9,7 @@ import os
 import sys
 
 from zerolab.errors import UserError
-from zerolab.tools import env_with_interpreter_bin
+from zerolab.tools import env_with_interpreter_bin, skip_the_slow_iri_checker
 
 COMMANDS = ("estimate", "fit", "check", "explain", "diff", "run", "grade", "ckpt")
 
@@ -55,6 +55,7 @@ def main(argv=None):
     # `.venv/bin/zerolab` without an activated venv: what we start, and what nbgrader (alembic) and DeepSpeed
     # (ninja) start by name, must still come from this interpreter's folder.
     os.environ["PATH"] = env_with_interpreter_bin()["PATH"]
+    skip_the_slow_iri_checker()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -64,6 +64,16 @@ def keep_ops_per_environment():
         os.environ["TORCH_EXTENSIONS_DIR"] = os.environ[SET_BY_ZEROLAB] = str(own)
 
 
+def skip_the_slow_iri_checker():
+    """Keep jsonschema from importing rfc3987-syntax in this process: 2 s of CPU (4 s on a loaded 2-core machine)
+    spent building 38 Earley parsers at import, in every process that imports nbformat or nbgrader, for the "iri"
+    and "iri-reference" formats, which no notebook or nbgrader schema uses (jsonschema issue #1428; checked by
+    tests/test_tools_startup.py). zerolab's own commands and grading workers call it first thing; the lessons'
+    kernels do not, so a learner's jsonschema is untouched."""
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # None in sys.modules: its import raises ImportError
+
+
 def run_cache_from_environment():
     """ZEROLAB_RUN_CACHE (zerolab.run.run_cache), or None: unset, or nbgrader is grading."""
     if os.environ.get("NBGRADER_EXECUTION"):

@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from zerolab.grading import nbgrader_ext, report, sandbox, sanitize, uids
-from zerolab.grading.coursedir import Course
+from zerolab.tools import skip_the_slow_iri_checker
+
+skip_the_slow_iri_checker()  # before nbgrader's import, which the next line starts
+from zerolab.grading import nbgrader_ext, report, sandbox, sanitize, uids  # noqa: E402
+from zerolab.grading.coursedir import Course  # noqa: E402
 
 KERNEL_NAME = "zerolab-grading"
 MAX_REPAIRS = 3
