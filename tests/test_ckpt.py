@@ -205,6 +205,41 @@ def test_universal_is_recognised_and_resumes_on_three_ranks(saved):
     assert folder_hash(folder) == before
 
 
+def ds_to_universal(tag_folder, out, *extra):
+    return subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", tag_folder,
+                           "--output_folder", out, "--num_extract_workers", "1", "--num_merge_workers", "1", *extra],
+                          capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"), timeout=300)
+
+
+def without_universal_info(saved, stage, tmp_path):
+    """A copy of the stage's tag folder whose model-states file lacks universal_checkpoint_info, as DeepSpeed writes
+    it for a plain model when the caller passes no client_state."""
+    folder = saved[f"stage{stage}"][0]
+    tag = (folder / "latest").read_text().strip()
+    copy = tmp_path / f"stage{stage}" / tag
+    shutil.copytree(folder / tag, copy)
+    for states in copy.glob("*model_states.pt"):
+        state = torch.load(states, map_location="cpu", weights_only=False)
+        assert state.pop("universal_checkpoint_info")["universal_checkpoint_version"] == 0.4
+        torch.save(state, states)
+    return copy
+
+
+def test_ds_to_universal_needs_the_version_at_stages_1_and_2_only(saved, tmp_path):
+    """Claim universal-info-needed-at-stages-1-2: the save must carry universal_checkpoint_info at stages 1-2 (its
+    version is 0.4 in DeepSpeed 0.19.8, which --inject_missing_state adds); a stage-3 save converts without it."""
+    from deepspeed.checkpoint.constants import UNIVERSAL_CHECKPOINT_VERSION_VALUE
+
+    assert UNIVERSAL_CHECKPOINT_VERSION_VALUE == 0.4
+    stage2 = without_universal_info(saved, 2, tmp_path)
+    refused = ds_to_universal(stage2, tmp_path / "u2")
+    assert refused.returncode != 0 and "universal_checkpoint_info state is missing" in refused.stderr, refused.stderr
+    injected = ds_to_universal(stage2, tmp_path / "u2-injected", "--inject_missing_state")
+    assert injected.returncode == 0, injected.stderr[-2000:]
+    stage3 = ds_to_universal(without_universal_info(saved, 3, tmp_path), tmp_path / "u3")
+    assert stage3.returncode == 0, stage3.stderr[-2000:]
+
+
 def test_a_zero_checkpoint_refuses_another_world_size(saved):
     folder, _ = saved["stage2"]
     with pytest.raises(RunFailed) as failure:

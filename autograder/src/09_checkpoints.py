@@ -201,14 +201,14 @@ if SAVED and revealed("exercise 1"):
 # %% [markdown]
 # ## 2. Consolidating, and the empty ZeRO-3 save
 #
-# At stage 3 no rank ever holds a whole weight: between uses each parameter is an empty tensor on every rank, and
-# its data lives in the partitions. `save_checkpoint` saves the module as it is, so the model-states files hold
-# those empty placeholders. Load one into the plain model and PyTorch refuses; here is the real message:
+# At stage 3 a rank holds a whole weight only while its layer computes: between uses each parameter is an empty
+# tensor on every rank, and its data lives in the partitions. <!-- claim: zero3-state-dict-holds-placeholders -->
+# `save_checkpoint` saves the module as it is, so the model-states files hold those empty placeholders. Load one into the plain model and PyTorch refuses; here is the real message:
 
-# %% [markdown] lang="zh" en="24a406d319ac"
+# %% [markdown] lang="zh" en="568661150a83"
 # ## 2. 合并，以及空空如也的 ZeRO-3 保存
 #
-# 在 stage 3，没有任何 rank 持有完整的权重：不用的时候，每个参数在每个 rank 上都是一个空张量，数据存在各个分片里。`save_checkpoint` 按原样保存模块，所以模型状态文件里装的就是这些空占位符。把其中一个加载进普通模型，PyTorch 会拒绝；下面是真实的报错：
+# 在 stage 3，rank 只在某一层计算时才持有它的完整权重：不用的时候，每个参数在每个 rank 上都是一个空张量，数据存在各个分片里。<!-- claim: zero3-state-dict-holds-placeholders -->`save_checkpoint` 按原样保存模块，所以模型状态文件里装的就是这些空占位符。把其中一个加载进普通模型，PyTorch 会拒绝；下面是真实的报错：
 
 # %%
 LOAD_ERROR = None
@@ -478,9 +478,11 @@ if 2 in SAVED:
 # The way out is a **universal checkpoint**: DeepSpeed's `ds_to_universal` rewrites the tag folder as one folder per
 # parameter (`zero/<name>/fp32.pt`, `exp_avg.pt`, `exp_avg_sq.pt`), with no trace of the old partitioning, and writes
 # `latest_universal` next to it. A job on any number of ranks loads it when its config has
-# `"checkpoint": {"load_universal": true}`. (The save must carry
-# `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}`, which the lesson's runs pass;
-# `ds_to_universal --inject_missing_state` adds it to older saves.)
+# `"checkpoint": {"load_universal": true}`. <!-- claim: universal-info-needed-at-stages-1-2 --> (At stages 1 and 2
+# the save must carry `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`, which the
+# lesson's runs pass: DeepSpeed 0.19.8 writes it only for AutoTP and AutoEP models, and 0.4 is its
+# `UNIVERSAL_CHECKPOINT_VERSION_VALUE`. `ds_to_universal --inject_missing_state` adds it to a save without it. A
+# stage-3 save converts without it.)
 #
 # ### Exercise 5: resume on 3 ranks (4 points)
 #
@@ -493,8 +495,8 @@ if 2 in SAVED:
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
 # step counters continue (about 20-30 s).
 
-# %% [markdown] lang="zh" en="c838677bc15d"
-# 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。（保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}`，本课的运行都传了它；对更早的保存，`ds_to_universal --inject_missing_state` 会把它补上。）
+# %% [markdown] lang="zh" en="23572e879d4a"
+# 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。<!-- claim: universal-info-needed-at-stages-1-2 -->（在 stage 1 和 2，保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`，本课的运行都传了它：DeepSpeed 0.19.8 只为 AutoTP 和 AutoEP 模型自动写入它，0.4 就是它的 `UNIVERSAL_CHECKPOINT_VERSION_VALUE`。对没有它的保存，`ds_to_universal --inject_missing_state` 会把它补上。stage 3 的保存不需要它也能转换。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #

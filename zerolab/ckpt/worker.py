@@ -15,7 +15,13 @@ import sys
 
 from zerolab.run.worker import emit, serve
 
-UNIVERSAL_INFO = {"universal_checkpoint_info": {"universal_checkpoint_version": 0.2}}
+def universal_info():
+    """What ds_to_universal needs at stages 1-2 and DeepSpeed writes only for AutoTP/AutoEP models: the universal
+    checkpoint format's version, DeepSpeed's own constant (0.4 in 0.19.8)."""
+    from deepspeed.checkpoint.constants import (UNIVERSAL_CHECKPOINT_INFO, UNIVERSAL_CHECKPOINT_VERSION_KEY,
+                                                UNIVERSAL_CHECKPOINT_VERSION_VALUE)
+
+    return {UNIVERSAL_CHECKPOINT_INFO: {UNIVERSAL_CHECKPOINT_VERSION_KEY: UNIVERSAL_CHECKPOINT_VERSION_VALUE}}
 
 
 def main(job_path):
@@ -54,7 +60,7 @@ def run_job(job, rank):
         emit(event="phase", rank=rank, phase="save checkpoint")
         if job.get("kill_rank_in_save") == rank:
             _die_before_optimizer_file(engine)
-        engine.save_checkpoint(job["save_dir"], tag=job.get("save_tag"), client_state=UNIVERSAL_INFO)
+        engine.save_checkpoint(job["save_dir"], tag=job.get("save_tag"), client_state=universal_info())
         if job.get("save_16bit"):
             engine.save_16bit_model(job["save_dir"], job["save_16bit"])
     # what `engine.module.state_dict()` holds after the job (ZeRO-3: placeholders, whatever the config says)
