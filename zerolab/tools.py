@@ -52,7 +52,13 @@ def keep_ops_per_environment():
     so the lessons' kernels, every rank and tool zerolab starts, and grading's op seeding all use one folder.
 
     A value zerolab set in a parent process of another environment (a test that starts a kernel of a second venv)
-    is replaced: that venv's ops belong in that venv."""
+    is replaced: that venv's ops belong in that venv.
+
+    It also puts this environment's own `ninja` first on PATH: pip's ninja 1.13 and Debian's 1.11 hash a build
+    command differently, so an op built by one is rebuilt from scratch by the other (minutes on 2 cores; a
+    sandboxed grading kernel that found /usr/bin/ninja recompiled the op seeded into it inside a graded cell)."""
+    if os.path.exists(os.path.join(interpreter_bin(), "ninja")):
+        os.environ["PATH"] = env_with_interpreter_bin()["PATH"]
     current = os.environ.get("TORCH_EXTENSIONS_DIR")
     if current and current != os.environ.get(SET_BY_ZEROLAB):
         return  # the user's, or the grading sandbox's
