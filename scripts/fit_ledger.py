@@ -132,6 +132,10 @@ def render(rows, command):
         "run once under FakeTensorMode by `zerolab.simulate` (bf16, CPU kernels, which keep what CUDA's flash "
         "kernels keep). `hf` is `activation_memory(..., implementation=\"hf\")`; `megatron` is the Korthikanti et al. "
         "accounting (`flash` for sdpa, `standard` for eager). Error = formula / simulated - 1. GB = 10^9 bytes. "
+        "The `hf` terms were read off this simulator, so its 0% says the closed form reproduces the simulator term "
+        "for term, not that a GPU agrees: a GPU would check the simulated column itself, as the peak of "
+        "`torch.cuda.max_memory_allocated` over a real step of the same model (`scripts/gpu_check.py` does that for "
+        "the paper's GPT blocks, not yet for a Hugging Face model). "
         "The last row is issue 21's case. Simulation seconds: one run on a shared 2-core CPU machine. Model states "
         "measured in real DeepSpeed runs next to their prediction: `fit_ledger_runs.md`.",
         "",

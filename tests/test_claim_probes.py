@@ -4,9 +4,16 @@ shows them (the other claims are checked where the runs are: tests/test_ckpt.py,
 - Hugging Face's Llama keeps attention's output once (lesson 01, "Whose code keeps the activations?"; lesson 07
   Q19): SDPA's output is laid out so that transpose-then-contiguous() is a no-op, so the output projection saves
   the very storage SDPA saved for its own backward. Were it copied, the copy would be a second saved storage.
+- On DeepSpeed's default pin path a pinned buffer takes the next power of two of its size (lessons 02, section 4,
+  and 07 Q13; zerolab.host_memory counts it): DeepSpeed leaves pinning to torch unless DS_PIN_MEMORY_BACKEND=native,
+  and torch's caching host allocator, as its installed headers define it, rounds every block it has not been told
+  to leave alone. Measuring it needs CUDA (scripts/gpu_check.py); the headers are the allocator's definition.
 - `overlap_comm` is off by default at ZeRO stages 0-2 and on at stage 3 (lessons 07 Q10 and 08, section 3):
   DeepSpeed's own config class resolves a config that leaves it out.
 """
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -47,3 +54,21 @@ def test_overlap_comm_defaults_off_below_stage_3_and_on_at_stage_3():
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     assert [DeepSpeedZeroConfig(stage=stage).overlap_comm for stage in (0, 1, 2, 3)] == [False, False, False, True]
+
+
+def test_deepspeeds_default_pinning_goes_through_torchs_power_of_two_allocator(monkeypatch):
+    from deepspeed.utils.pin_memory import get_active_native_pinned_memory
+
+    monkeypatch.delenv("DS_PIN_MEMORY_BACKEND", raising=False)
+    assert get_active_native_pinned_memory() is None, "DeepSpeed's default no longer pins through torch"
+    headers = Path(torch.__file__).parent / "include"
+    allocator = (headers / "ATen" / "core" / "CachingHostAllocator.h").read_text()
+    rounding = re.search(r"roundSize = \[&\]\(\) -> size_t \{(.*?)\}\(\);", allocator, re.S)
+    assert rounding, "torch's caching host allocator no longer computes roundSize"
+    assert "PowerOf2Ceil(size)" in rounding.group(1)
+    thresholds = re.findall(r"size <= (\w+)\(\)", rounding.group(1))
+    assert set(thresholds) == {"pinned_max_round_threshold", "pinned_max_cached_size"}, thresholds
+    config = (headers / "c10" / "core" / "AllocatorConfig.h").read_text()
+    for threshold in thresholds:
+        assert re.search(rf"size_t {threshold}_\{{std::numeric_limits<size_t>::max\(\)\}}", config), \
+            f"{threshold} no longer defaults to the largest size_t: small buffers only are rounded"

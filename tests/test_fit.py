@@ -177,3 +177,19 @@ def test_fit_loads_neither_torch_nor_deepspeed():
             "print(sorted(m for m in ('torch', 'deepspeed', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_lesson_01s_cli_row_is_smaller_for_hugging_faces_llama_and_megatron_finds_the_learners():
+    """Lesson 01 (after exercise 5): the CLI's ZeRO-2 full-recompute row for Llama 2 7B counts Hugging Face's
+    activations, a smaller micro-batch than the learner's; --implementation megatron gives the learner's."""
+    llama = preset("llama2-7b")
+
+    def row(implementation):
+        return next(o for o in fit(llama, 4096, 80 * GB, 8, headroom=0, implementation=implementation).rows
+                    if (o.stage, o.offload_optimizer, o.recompute) == (2, "none", "full")).micro_batch
+
+    # the exercise's definition, searched directly: the largest micro-batch whose whole budget fits
+    learners = max(mb for mb in range(1, 200)
+                   if budget.budget(llama, 2, 4096, mb, gpus_per_node=8, recompute="full").gpu_bytes <= 80 * GB)
+    assert row("megatron") == learners
+    assert row("hf") < learners

@@ -92,3 +92,49 @@ def test_stage3_defaults_are_deepspeeds():
     assert zero_terms.MAX_REUSE_DISTANCE == defaults.max_reuse_distance
     assert zero_terms.PREFETCH_BUCKET == defaults.prefetch_bucket_size
     assert zero_terms.SUB_GROUP_SIZE == defaults.sub_group_size
+
+
+def test_stage1_holds_full_gradients_across_an_accumulation_window(ranks):
+    """Claim stage1-full-gradients-until-the-boundary (lesson 06, "Stage 1 gradients"): with overlap_comm off and
+    2 micro-steps a step, DeepSpeed's stage 1 keeps every full 16-bit gradient in .grad from the first micro-step's
+    backward on, sends nothing inside the window, and reduces and lets them go in the backward of the micro-step
+    that ends it: for a moment without accumulation, for the whole window with it."""
+    results, _ = ranks
+    for rank in results:
+        record = rank["stage1_accumulating"]
+        psi = record["params"]
+        assert record["held_grads_after_backward"] == [psi, 0, psi, 0], record["held_grads_after_backward"]
+        assert record["held_grads_after_step"] == [psi, 0, psi, 0], record["held_grads_after_step"]
+        inside, boundary = record["collectives"][0::2], record["collectives"][1::2]
+        assert inside == [[], []], inside
+        assert all(sum(n for op, n in calls if op == "all-reduce" and n > 1) == psi for calls in boundary), boundary
+
+
+def test_stage1_with_optimizer_offload_keeps_the_fp32_gradient_partition_for_the_cpu_optimizer(ranks):
+    """Claim offload-moves-the-gradient-partition-at-stage-1 (lesson 02): ZeRO-Offload at stage 1, not only from
+    stage 2 on, keeps the rank's gradient partition as fp32 beside the offloaded optimizer, from backward on."""
+    results, _ = ranks
+    for rank in results:
+        record = rank["stage1_offload"]
+        held = [group for seen in record["after_backward"] for group in seen]
+        assert held and all(g is not None and g["dtype"] == "torch.float32" for g in held), record["after_backward"]
+        assert sum(g["numel"] for g in record["after_backward"][-1]) == pytest.approx(record["params"] / RANKS,
+                                                                                     abs=RANKS)
+
+
+@pytest.mark.parametrize("case", ["stage1", "stage2", "stage2_odd"])
+def test_zero12_gradient_buckets_hold_exactly_psi_and_the_padding_travels_in_the_all_gather(ranks, case):
+    """Claim zero12-padding-travels-in-the-all-gather (lesson 08, "Alignment"): at stages 1-2 the gradient buckets
+    all-reduced in a step hold exactly the model's elements; the flat buffer's padding to a multiple of 2N is
+    all-gathered with the parameters (stage2_odd: a Ψ that needs it). The one-element all-reduces are not
+    gradients (the gradient norm, the overflow check)."""
+    results, _ = ranks
+    for rank in results:
+        record = rank[case]
+        psi = record["params"]
+        padded = -(-psi // (2 * RANKS)) * (2 * RANKS)
+        assert (padded > psi) == (case == "stage2_odd")
+        for calls in record["collectives"]:
+            reduced = [n for op, n in calls if op == "all-reduce"]
+            assert sum(n for n in reduced if n > 1) == psi, reduced
+            assert sum(n for op, n in calls if op == "all-gather") == padded, calls

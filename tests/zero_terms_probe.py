@@ -7,6 +7,10 @@ For each case it trains the tiny GPT of zerolab.run for 3 steps and records, fro
   ``fp32_partitioned_groups_flat[i].grad``), and the flat copies ``step()`` makes with ``self.flatten``;
 - the reduce buckets: at stage 1/2 the buffers each bucket holds when ``reduce_ipg_grads`` runs and after backward;
   at stage 3 the buffer of each communication dtype;
+- at stage 1 with optimizer offload, the same fp32 gradient partition (lesson 02: offloaded at stage 1 too);
+- at stage 1 with overlap_comm off and 2 micro-steps a step, the elements of the gradients the module holds in
+  ``.grad`` after each micro-step's backward and step;
+- the elements of every all-reduce and all-gather of each step (lesson 08's "Alignment");
 - at stage 3, the most parameter elements gathered at once (``ds_status`` not NOT_AVAILABLE), sampled after every
   ``PartitionedParameterCoordinator.fetch_sub_module``.
 Writes OUT_DIR/rank<r>.json.
@@ -26,6 +30,8 @@ from zerolab.run import make_config  # noqa: E402
 from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch  # noqa: E402
 
 SPEC = ModelSpec(layers=4, width=64)
+# An odd width makes Ψ (212,058) not a multiple of 2N = 4, so the flat buffer's padding shows in the collectives.
+ODD_SPEC = ModelSpec(layers=4, width=63, heads=3)
 BUCKET = 4096  # elements: small enough that the tiny GPT fills several buckets
 
 
@@ -35,9 +41,19 @@ def config(stage, **zero):
     return cfg
 
 
+def accumulating_stage1():
+    """Stage 1 as DeepSpeed leaves it (overlap_comm off), 2 micro-steps a step: lesson 06's "Stage 1 gradients"."""
+    cfg = make_config(1, precision="bf16", accumulation=2)
+    cfg["zero_optimization"].update(overlap_comm=False)
+    return cfg
+
+
 CASES = {
     "stage1": config(1),
+    "stage1_accumulating": accumulating_stage1(),
+    "stage1_offload": make_config(1, offload_optimizer="cpu", precision="bf16"),
     "stage2": config(2),
+    "stage2_odd": config(2),
     "stage3": config(3),
     "stage3_live": config(3, stage3_max_live_parameters=20_000, stage3_max_reuse_distance=20_000,
                           stage3_prefetch_bucket_size=5_000),
@@ -52,9 +68,15 @@ def fp32_grads(optimizer):
             for g in groups]
 
 
+def held_grads(model):
+    """Elements of the 16-bit gradients the module's parameters hold in .grad (full tensors, not partitions)."""
+    return sum(p.grad.numel() for p in model.parameters() if p.grad is not None)
+
+
 def run_case(name, cfg):
     torch.manual_seed(0)
-    model = TinyGPT(SPEC)
+    spec = ODD_SPEC if name.endswith("_odd") else SPEC
+    model = TinyGPT(spec)
     gathered = {"most": 0}
     original_fetch = coordinator.PartitionedParameterCoordinator.fetch_sub_module
 
@@ -102,9 +124,12 @@ def run_case(name, cfg):
                 return original_reduce(*args, **kwargs)
 
             optimizer.reduce_ipg_grads = reduce_and_look
-        for step in range(3):
-            tokens, targets = synthetic_batch(SPEC, 2, step, int(os.environ["RANK"]))
+        record["held_grads_after_backward"], record["held_grads_after_step"], record["collectives"] = [], [], []
+        for step in range(2 * cfg["gradient_accumulation_steps"] if cfg["gradient_accumulation_steps"] > 1 else 3):
+            tokens, targets = synthetic_batch(spec, 2, step, int(os.environ["RANK"]))
+            CALLS.clear()
             engine.backward(engine(tokens, targets))
+            record["held_grads_after_backward"].append(held_grads(model))
             record["after_backward"].append(fp32_grads(optimizer))
             if cfg["zero_optimization"]["stage"] < 3:
                 record["buckets_after_backward"].append([len(b.buffer) for b in optimizer.ipg_buckets.values()])
@@ -113,6 +138,8 @@ def run_case(name, cfg):
                                                  [t.numel() for t in b.buffer]
                                                  for dtype, b in optimizer.ipg_buckets.items()})
             engine.step()
+            record["collectives"].append(list(CALLS))
+            record["held_grads_after_step"].append(held_grads(model))
             record["after_step"].append(fp32_grads(optimizer))
         record["gathered_most"] = gathered["most"]
         record["params"] = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
@@ -123,8 +150,30 @@ def run_case(name, cfg):
         coordinator.PartitionedParameterCoordinator.fetch_sub_module = original_fetch
 
 
+CALLS = []  # (op, elements) of every all-reduce and all-gather since the last clear, as torch.distributed sees it
+
+
+def watch_collectives():
+    """Record each all-reduce's and all-gather's elements. Before init_distributed: DeepSpeed's comm backend keeps
+    a reference to torch.distributed's all-gather from then on."""
+    import torch.distributed as dist
+
+    def watched(name, op, tensor_of):
+        original = getattr(dist, name)
+
+        def call(*args, **kwargs):
+            CALLS.append((op, tensor_of(*args, **kwargs).numel()))
+            return original(*args, **kwargs)
+
+        setattr(dist, name, call)
+
+    watched("all_reduce", "all-reduce", lambda tensor, *a, **k: tensor)
+    watched("all_gather_into_tensor", "all-gather", lambda output_tensor, *a, **k: output_tensor)
+
+
 def main(out_dir):
     torch.set_num_threads(1)
+    watch_collectives()
     deepspeed.init_distributed(dist_backend="gloo")
     results = {name: run_case(name, cfg) for name, cfg in CASES.items()}
     with open(os.path.join(out_dir, f"rank{os.environ['RANK']}.json"), "w") as handle:

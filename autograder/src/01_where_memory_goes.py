@@ -551,10 +551,16 @@ for implementation in ("megatron", "hf"):
     print(tr(f"{llama.name}, sequence 4096, {implementation:8s}: {units.format_bytes(act.total_bytes):>9} of activations"))
 
 # %% [markdown]
+# Read the `hf` line with care: its terms were read off this simulator, so a small error says the closed form
+# reproduces the simulator, not that a GPU agrees. The check a GPU gives is the simulation's own peak against
+# `torch.cuda.max_memory_allocated` in a real step (`docs/fit_ledger.md` says how far that goes today).
+#
 # `zerolab fit` counts the Hugging Face figure for Llama-family models, and `zerolab fit --simulate` runs the
 # simulation for your own `config.json`.
 
-# %% [markdown] lang="zh" en="0d39e10c09c5"
+# %% [markdown] lang="zh" en="473e18ef6fdf"
+# 读 `hf` 这一行时要小心：它的各项正是从这个模拟器里读出来的，所以误差小只说明这个闭式公式复现了模拟器，并不说明 GPU 上的结果与之一致。GPU 能给出的检验，是拿模拟的峰值去对照一次真实训练步中的 `torch.cuda.max_memory_allocated`（目前做到哪一步，见 `docs/fit_ledger.md`）。
+#
 # 对 Llama 系列模型，`zerolab fit` 采用 Hugging Face 的数字；`zerolab fit --simulate` 则会为你自己的 `config.json` 运行这个模拟。
 
 # %% [markdown]
@@ -665,14 +671,16 @@ assert _budget.budget(_model, 2, 2048, _got + 1, gpus_per_node=4, recompute="non
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The command line answers the same question for every stage, offload and recomputation at once, ranked
-# (fastest first), with the reason each rejected setup does not fit. `--headroom 0` lets each row use the largest
-# micro-batch that fits, as yours does (by default it leaves 5% of the GPU free); find the ZeRO-2 row with full
-# recomputation and compare its micro-batch with yours. `--emit-config N` prints a ds_config for row N that
-# `zerolab check` accepts.
+# The command line answers the same question for every stage, offload and recomputation at once, ranked (fastest
+# first), with the reason each rejected setup does not fit. `--headroom 0` lets each row use the largest micro-batch
+# that fits, as yours does (by default it leaves 5% of the GPU free). Find the ZeRO-2 row with full recomputation:
+# its micro-batch is smaller than yours, because for a Llama the command line counts the activations Hugging Face's
+# code keeps (the section "Whose code keeps the activations?"), more per token than Korthikanti et al.'s accounting,
+# which `budget.budget` and your function use. Add `--implementation megatron` and it finds your micro-batch.
+# `--emit-config N` prints a ds_config for row N that `zerolab check` accepts.
 
-# %% [markdown] lang="zh" en="9dc102d7b8d8"
-# 命令行能一次回答所有 stage、卸载方式和重计算方式下的同一个问题，并排好序（最快的在前），还会给出每个被否决的配置放不下的原因。`--headroom 0` 让每一行都用放得下的最大微批次，和你的函数一样（默认会留出 GPU 显存的 5%）；找到 ZeRO-2 + 完全重计算那一行，把它的微批次和你的结果比一比。`--emit-config N` 会为第 N 行打印一份能通过 `zerolab check` 的 ds_config。
+# %% [markdown] lang="zh" en="31ca3d4f6067"
+# 命令行能一次回答所有 stage、卸载方式和重计算方式下的同一个问题，并排好序（最快的在前），还会给出每个被否决的配置放不下的原因。`--headroom 0` 让每一行都用放得下的最大微批次，和你的函数一样（默认会留出 GPU 显存的 5%）。找到 ZeRO-2 + 完全重计算那一行：它的微批次比你的小，因为对 Llama 来说，命令行统计的是 Hugging Face 的代码实际保存的激活值（见“激活值由谁的代码保存？”一节），每个 token 比 Korthikanti 等人的算法更多，而 `budget.budget` 和你的函数用的是后者。加上 `--implementation megatron`，它就会找到和你一样的微批次。`--emit-config N` 会为第 N 行打印一份能通过 `zerolab check` 的 ds_config。
 
 # %%
 from zerolab.cli import main as zerolab_cli

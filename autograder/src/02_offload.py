@@ -43,7 +43,7 @@ P13B = units.parse_count("13B")
 # `offload_optimizer: {"device": "cpu"}` (ZeRO-Offload) runs the optimizer step on the CPU. So the optimizer's
 # fp32 state (master weights, momentum, variance) lives in host RAM, and at every stage (ZeRO-1 too) the gradient
 # partition each GPU owns is copied to the host, where DeepSpeed keeps it as an **fp32** gradient partition for the
-# CPU optimizer to consume. With gradient accumulation the host also holds 16-bit accumulation buffers (pinned by
+# CPU optimizer to consume. <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> With gradient accumulation the host also holds 16-bit accumulation buffers (pinned by
 # default) that the breakdown below does not count. The GPU keeps the 16-bit parameters for
 # forward and backward. NVMe offload (ZeRO-Infinity) needs stage 3, and so does `offload_param`. Below stage 3,
 # DeepSpeed 0.19.8 accepts `device: "nvme"` for the optimizer and quietly treats it as CPU offload (its stage 1/2
@@ -51,10 +51,10 @@ P13B = units.parse_count("13B")
 #
 # Below, for a 13B model on 8 GPUs: the totals, then what each part is and where it lives (paper accounting).
 
-# %% [markdown] lang="zh" en="a89b6438c492"
+# %% [markdown] lang="zh" en="2cb921f54e12"
 # ## 1. 什么被移到了主机上
 #
-# `offload_optimizer: {"device": "cpu"}`（ZeRO-Offload）在 CPU 上执行优化器步。因此优化器的 fp32 状态（主权重、动量、方差）存放在主机内存中；而且在任何 stage 下（ZeRO-1 也一样），每张 GPU 所负责的梯度分片都会被拷贝到主机，DeepSpeed 在主机上把它保存为 **fp32** 梯度分片，供 CPU 优化器使用。使用梯度累积时，主机上还有 16 位的累积缓冲区（默认是锁页内存），下面的明细没有计入它们。GPU 上保留前向和反向传播所需的 16 位参数。NVMe 卸载（ZeRO-Infinity）需要 stage 3，`offload_param` 也一样。在 stage 3 以下，DeepSpeed 0.19.8 接受优化器的 `device: "nvme"`，但会悄悄把它当作 CPU 卸载处理（`stage_1_and_2.py` 中的 stage 1/2 优化器只要 device 不是 `none` 就卸载到 CPU）：状态最终落在主机内存里。
+# `offload_optimizer: {"device": "cpu"}`（ZeRO-Offload）在 CPU 上执行优化器步。因此优化器的 fp32 状态（主权重、动量、方差）存放在主机内存中；而且在任何 stage 下（ZeRO-1 也一样），每张 GPU 所负责的梯度分片都会被拷贝到主机，DeepSpeed 在主机上把它保存为 **fp32** 梯度分片，供 CPU 优化器使用。<!-- claim: offload-moves-the-gradient-partition-at-stage-1 -->使用梯度累积时，主机上还有 16 位的累积缓冲区（默认是锁页内存），下面的明细没有计入它们。GPU 上保留前向和反向传播所需的 16 位参数。NVMe 卸载（ZeRO-Infinity）需要 stage 3，`offload_param` 也一样。在 stage 3 以下，DeepSpeed 0.19.8 接受优化器的 `device: "nvme"`，但会悄悄把它当作 CPU 卸载处理（`stage_1_and_2.py` 中的 stage 1/2 优化器只要 device 不是 `none` 就卸载到 CPU）：状态最终落在主机内存里。
 #
 # 下面是 13B 模型在 8 张 GPU 上的情况：先是总量，然后是每一部分是什么、放在哪里（论文的口径）。
 
@@ -445,25 +445,30 @@ for compute_s in (0.5, 8.0):
 #
 # `offload_optimizer.pin_memory` page-locks the host buffers so copies between GPU and host run asynchronously at
 # full bandwidth and can overlap with compute. In DeepSpeed 0.19.8 it defaults to **true**; it defaulted to false
-# until PR #8207 (August 2026), so older tutorials tell you to switch it on. Pinned memory is not extra memory, it is part of the host RAM counted above, but it cannot be swapped
-# out: on hosts with little RAM (Colab, WSL2) or a tight `ulimit -l` it is a common cause of the process being
-# killed (exit code -9). There, set `"pin_memory": false` explicitly, or keep more on the GPU.
+# until PR #8207 (August 2026), so older tutorials tell you to switch it on. Pinning makes no second copy: the
+# buffers counted above are the ones page-locked. <!-- claim: pinned-buffers-round-to-a-power-of-two --> But on
+# DeepSpeed's default path the buffer comes from torch's pinned allocator, which rounds every block up to the next
+# power of two: a 6.5 GB gradient partition takes 8.6 GB of RAM (`zerolab fit` counts it;
+# `DS_PIN_MEMORY_BACKEND=native` pins just the size asked). And pinned pages cannot be swapped out: on hosts with
+# little RAM (Colab, WSL2) or a tight `ulimit -l` they are a common cause of the process being killed (exit code
+# -9). There, set `"pin_memory": false` explicitly, or keep more on the GPU.
 
-# %% [markdown] lang="zh" en="067a20a0c4af"
+# %% [markdown] lang="zh" en="94200d06fde3"
 # ## 4. pin_memory
 #
-# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页内存并不是额外的内存，它就是上面计入的主机内存的一部分，但它不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。
+# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页不会多出一份拷贝：被锁页的就是上面计入的那些缓冲区。<!-- claim: pinned-buffers-round-to-a-power-of-two -->但在 DeepSpeed 的默认路径上，这些缓冲区来自 torch 的锁页内存分配器，它会把每一块向上取整到 2 的幂：一个 6.5 GB 的梯度分片要占 8.6 GB 内存（`zerolab fit` 计入了这一点；`DS_PIN_MEMORY_BACKEND=native` 则只锁定所请求的大小）。而且锁页内存不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。
 
 # %% [markdown]
 # ## Summary
 #
-# - ZeRO-Offload moves the fp32 optimizer state (and, from ZeRO-2 on, the gradient partition) to host RAM and runs
-#   Adam on the CPU; the GPU keeps the 16-bit parameters. NVMe and parameter offload need ZeRO-3.
+# - ZeRO-Offload moves the fp32 optimizer state (and, at every stage, ZeRO-1 too, the gradient partition) to host
+#   RAM and runs Adam on the CPU; the GPU keeps the 16-bit parameters. NVMe and parameter offload need ZeRO-3.
 # - Host RAM is the number to check: DeepSpeed's estimate grows with the GPU processes per node (fp32 load peak).
 # - Per step each GPU sends its gradient partition to the host on every micro-step and gets its parameter
 #   partition back once per optimizer step.
 # - Whether offload pays depends on compute per step versus host traffic and CPU speed: no fixed slowdown factor.
-# - `pin_memory` defaults to true in 0.19.8: fast, but it locks host RAM; turn it off on small hosts.
+# - `pin_memory` defaults to true in 0.19.8: fast, but it locks host RAM, rounded up to a power of two a buffer;
+#   turn it off on small hosts.
 #
 # ## Interview questions
 #
@@ -489,14 +494,14 @@ for compute_s in (0.5, 8.0):
 # A: When host RAM cannot hold the optimizer state (or the parameters): it needs ZeRO-3 (ZeRO-Infinity) and fast
 # NVMe, and trades host RAM for much slower storage traffic.
 
-# %% [markdown] lang="zh" en="276bca290a49"
+# %% [markdown] lang="zh" en="d625407d7244"
 # ## 小结
 #
-# - ZeRO-Offload 把 fp32 优化器状态（从 ZeRO-2 起还有梯度分片）移到主机内存，并在 CPU 上执行 Adam；GPU 保留 16 位参数。NVMe 卸载和参数卸载需要 ZeRO-3。
+# - ZeRO-Offload 把 fp32 优化器状态（以及梯度分片：每个 stage 都是，ZeRO-1 也一样）移到主机内存，并在 CPU 上执行 Adam；GPU 保留 16 位参数。NVMe 卸载和参数卸载需要 ZeRO-3。
 # - 要检查的是主机内存：DeepSpeed 的估算随每个节点的 GPU 进程数增长（fp32 加载峰值）。
 # - 每一步中，每张 GPU 在每个微步都把自己的梯度分片发送到主机，并在每个优化器步取回一次自己的参数分片。
 # - 卸载划不划算，取决于每步的计算量与主机流量以及 CPU 速度之间的对比：不存在固定的减速倍数。
-# - `pin_memory` 在 0.19.8 中默认为 true：速度快，但会锁住主机内存；在小内存主机上请关掉它。
+# - `pin_memory` 在 0.19.8 中默认为 true：速度快，但会锁住主机内存，每个缓冲区还要向上取整到 2 的幂；在小内存主机上请关掉它。
 #
 # ## 面试题
 #

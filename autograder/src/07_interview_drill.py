@@ -933,17 +933,19 @@ passed("Q13")
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
 # **Answer.** Page-locked (pinned) memory cannot be swapped out, so the GPU can copy from it by DMA, asynchronously
-# and at full speed; pageable memory goes through a staging copy. It is not extra memory: the same buffers are
-# pinned. Since a 2026 DeepSpeed change the default is true (older tutorials say false). Because pinned pages cannot be
+# and at full speed; pageable memory goes through a staging copy. It makes no second copy: the same buffers are
+# pinned. <!-- claim: pinned-buffers-round-to-a-power-of-two --> It does cost some extra RAM: torch's pinned
+# allocator, DeepSpeed's default path, rounds each buffer up to the next power of two. Since a 2026 DeepSpeed change the default is true (older tutorials say false). Because pinned pages cannot be
 # paged out, small hosts (free Colab, WSL2) run out of memory with it; there set `pin_memory: false`.
 #
 # </details>
 
-# %% [markdown] lang="zh" en="030b46e5b45a"
+# %% [markdown] lang="zh" en="8d98a15565f8"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 锁页（pinned）内存不会被换出，所以 GPU 可以通过 DMA 从中异步、全速地拷贝；
-# 可分页内存则要先经过一次中转拷贝。它不是额外的内存：被锁页的就是那些缓冲区本身。
+# 可分页内存则要先经过一次中转拷贝。它不会多出一份拷贝：被锁页的就是那些缓冲区本身。
+# <!-- claim: pinned-buffers-round-to-a-power-of-two -->不过它确实会多占一些内存：DeepSpeed 默认走的 torch 锁页分配器会把每个缓冲区向上取整到 2 的幂。
 # 自 2026 年 DeepSpeed 的一次改动起，默认值是 true（较早的教程写的是 false）。由于锁页内存无法换出，
 # 内存小的主机（免费版 Colab、WSL2）开着它会内存不足；这时请设置 `pin_memory: false`。
 #

@@ -994,8 +994,11 @@ else:
 #   and 2 both end backward holding only their gradient partition (the "gradients" column), but stage 1 peaks
 #   higher during backward: stage 2 (`partition_gradients`) frees what it does not own as each bucket is
 #   reduced. Your ZeRO-2's peak is its share plus its bucket.
-# - **Alignment.** DeepSpeed's stages 1 and 2 all-reduce a flat buffer padded to a multiple of 2N
-#   (`nccl_start_alignment_factor = 2`): a few elements more than Ψ. ZeRO-3 (yours and DeepSpeed's) pads each
+# - **Alignment.** At stages 1 and 2 DeepSpeed's gradient buckets hold exactly Ψ elements. Its flat buffer of
+#   parameters is padded to a multiple of 2N (`nccl_start_alignment_factor = 2`), and that padding travels in the
+#   all-gather of the updated parameters. The all-reduce column also counts one-element all-reduces that carry no
+#   gradient (a norm, a flag), so it reads a little more than Ψ. <!-- claim: zero12-padding-travels-in-the-all-gather -->
+#   ZeRO-3 (yours and DeepSpeed's) pads each
 #   parameter to a multiple of N; FSDP2 pads dim 0 of each parameter to a multiple of N rows (`torch.chunk`),
 #   more padding for wide rows.
 # - **fp32 master copy.** DeepSpeed keeps an fp32 master partition beside the parameters even when training in
@@ -1005,21 +1008,23 @@ else:
 #   (`partitioned_param_coordinator.py`, `__params_to_release`), and gathers ahead as long as fewer than
 #   `stage3_max_live_parameters` elements are gathered. On a model this small that means every parameter stays
 #   gathered from forward to backward: one all-gather of Ψ per step, and the whole model at the peak. With both
-#   set to 0 it gathers twice, as yours does, and its peak matches yours.
+#   set to 0 it gathers twice, as yours does, and its peak matches yours as the table counts it: the module's
+#   parameters as they are at each moment, so a layer your code fetched ahead into a buffer of its own is not in
+#   it.
 # - **Prefetch.** DeepSpeed prefetches along the order of modules it recorded in the first step, up to
 #   `stage3_prefetch_bucket_size` elements; yours prefetches one layer; FSDP2 prefetches the next layer in
 #   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
 #   (`set_modules_to_forward_prefetch`).
 
-# %% [markdown] lang="zh" en="fb8b0ab1b05a"
+# %% [markdown] lang="zh" en="f57772fa2ced"
 # 对照 DeepSpeed 0.19.8 的代码来读这张表：
 #
 # - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。
 # - **通信量。** "moved per step" 统计每种集合通信的元素数（对 Ψ 个元素做一次 all-reduce 计为 Ψ）；"volume" 是第 03 课中 ZeRO 论文的口径，其中 all-reduce 计两次（一次 reduce-scatter 加一次 all-gather）。你的 ZeRO-1 在 `step()` 中 all-reduce 完整梯度；DeepSpeed 的 stage 1 和 stage 2 都对梯度*桶*做 all-reduce（`stage_1_and_2.py` 中的 `average_tensor`：`use_multi_rank_bucket_allreduce` 默认为 true）。之后三者都 all-gather 更新后的参数：通信量为 3Ψ，是 DDP 的 all-reduce 的 1.5 倍；论文中 ZeRO-1/2 的 2Ψ 需要 reduce-scatter（或者像你的 ZeRO-2 那样 reduce 到各个所有者）。ZeRO-3 gather 两次、reduce-scatter 一次：3Ψ。
 # - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度。DeepSpeed 的 stage 1 和 stage 2 在反向结束时都只持有自己那部分梯度（"gradients" 一列），但 stage 1 在反向期间的峰值更高：stage 2（`partition_gradients`）在每个桶规约之后就释放不属于自己的梯度。你的 ZeRO-2 的峰值是它的分片加上它的桶。
-# - **对齐。** DeepSpeed 的 stage 1 和 stage 2 all-reduce 的是一个填充到 2N 倍数的展平缓冲区（`nccl_start_alignment_factor = 2`）：比 Ψ 多几个元素。ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。
+# - **对齐。** 在 stage 1 和 stage 2，DeepSpeed 的梯度桶里恰好是 Ψ 个元素。它的展平参数缓冲区填充到 2N 的倍数（`nccl_start_alignment_factor = 2`），这些填充随更新后参数的 all-gather 一起传输。all-reduce 一列还算进了几次不带梯度的单元素 all-reduce（一个范数、一个标志），所以读数比 Ψ 略多。<!-- claim: zero12-padding-travels-in-the-all-gather -->ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。
 # - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 在每个 stage 都会在参数之外再保留一份 fp32 主权重分片（"fp32 master" 一列）；你的实现和 FSDP2 直接更新参数自己的分片。
-# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着每个参数从前向到反向一直保持 gather 状态：每步只 all-gather 一次 Ψ，峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，峰值也与你的一致。
+# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着每个参数从前向到反向一直保持 gather 状态：每步只 all-gather 一次 Ψ，峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，按这张表的统计方式峰值也与你的一致：表里统计的是每一时刻模块参数的实际状态，所以你的代码提前取到自己缓冲区里的那一层并不在其中。
 # - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。
 # %% [markdown]
 # ## Summary
