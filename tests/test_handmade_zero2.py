@@ -113,6 +113,12 @@ WRONG_ZERO2 = {
     "owners_differ": (lambda: mutate(ZERO2, "self.owned = self.shares[self.rank]",
                                      "self.owned = self.shares[self.rank + 1 if self.rank == 0 else self.rank]"),
                       "the ranks disagree on who owns what"),
+    # Right in the first backward only: the hook counter is never reset, so from the second backward on the last
+    # bucket is never sent (the grader's optimizer would still train right from the leftover gradients).
+    "hook_counter_never_reset": (lambda: mutate(
+        ZERO2, "        if self.arrived == len(self.params):  # the last gradient of this backward: ready for the next "
+               "one\n            self.arrived = 0\n", ""),
+        "missing shard: after the backward of step 1, parameter 0 has no grad_shard"),
     "imports_the_reference": (lambda: "from zerolab.handmade.sharded import ShardedAdamW\n" + draft_cell(ZERO2),
                               "uses the course's own reference implementation"),
 }
@@ -161,10 +167,53 @@ WRONG_MIXED = {
                          "clipping missing: the master moves as if the gradient were never scaled down"),
     "gradients_summed": (lambda: mutate(MIXED, "grads.append(grad / self.world_size)", "grads.append(grad)"),
                          "wrong scale: the gradients are summed over the 2 ranks, not averaged"),
+    # Wrong only after the first step: each step is judged from the learner's state before it.
+    "moments_reset_every_step": (lambda: mutate(
+        MIXED, "        self.t += 1\n", "        self.t += 1\n        self.m = [torch.zeros_like(x) for x in self.master]\n"
+                                      "        self.v = [torch.zeros_like(x) for x in self.master]\n"),
+        "wrong training: in step 1 the fp32 master moves differently"),
+    "bias_correction_stuck_at_step_1": (lambda: mutate(MIXED, "        self.t += 1\n", "        self.t = 1\n"),
+                                        "wrong training: in step 1 the fp32 master moves differently"),
+    "no_update_after_the_first_step": (lambda: mutate(
+        MIXED, "        self.t += 1\n", "        self.t += 1\n        if self.t > 1:\n            return norm\n"),
+        "wrong training: in step 1 the fp32 master moves differently"),
     "bf16_copy_not_refreshed": (lambda: mutate(
         MIXED, "self.all_params[index].view(-1)[start:end] = incoming[rank][offset:offset + end - start]", "pass"),
         "stale parameters: rank 0's bf16 parameters are not its fp32 master rounded to bf16"),
 }
+
+
+DENOMINATOR = "denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.t)).add_(eps)"
+SQUARES = """        squares = torch.zeros(1)
+        for g in mine:
+            squares += (g * g).sum()
+"""
+# Right answers written otherwise: each differs from the solution by an fp32 ulp here and there, which flips the bf16
+# rounding of a weight now and then; a test that compared the runs only after the last step failed some of them.
+RIGHT_MIXED = {
+    "denominator_as_section_2_prints_it": mutate(MIXED, DENOMINATOR,
+                                                 "denom = (v / (1 - beta2 ** self.t)).sqrt().add_(eps)"),
+    "norm_with_vector_norm": mutate(MIXED, SQUARES, """        squares = torch.zeros(1)
+        if mine:
+            squares += torch.linalg.vector_norm(torch.cat(mine)) ** 2
+"""),
+    "bias_corrected_moments_by_name": mutate(
+        MIXED, "            denom = (v.sqrt() / math.sqrt(1 - beta2 ** self.t)).add_(eps)\n"
+               "            master.addcdiv_(m, denom, value=-lr / (1 - beta1 ** self.t))",
+        "            m_hat = m / (1 - beta1 ** self.t)\n"
+        "            v_hat = v / (1 - beta2 ** self.t)\n"
+        "            master -= lr * m_hat / (v_hat.sqrt() + eps)"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks, job", [(2, {}), (3, {"steps": 5, "max_grad_norm": 0.05, "hyper": HIDDEN})])
+@pytest.mark.parametrize("name", sorted(RIGHT_MIXED))
+def test_right_mixed_precision_answers_in_other_arithmetic_orders_pass(name, ranks, job):
+    from zerolab.handmade import mixed
+
+    mixed.mixed_precision(ranks, cell=RIGHT_MIXED[name], **job)
+    assert not ranks_left(), "a rank outlived its run"
 
 
 @pytest.mark.slow

@@ -341,16 +341,17 @@ for label, bucket_allreduce in (("reduced to the owners (the paper)", False),
 #
 # How it is tested: each rank runs this cell (with `torch`, `dist`, `math` and a correct `partition`) and trains the
 # deeper model below with the course's own ZeRO-1 optimizer reading your shards, so this exercise does not depend
-# on exercise 2. The grader checks: the shards against the full batch's gradient; the parameters after a few steps
-# against `torch.optim.AdamW` (tolerance `verdict.ATOL`); the **peak** of gradient memory during the first backward,
-# sampled from every tensor alive in the rank at every hook and before every collective, against the rank's share
+# on exercise 2. The grader checks, after every backward (not only the first): the shards against the full batch's
+# gradient at the parameters that backward started from, and that no full `.grad` is left; the parameters after a
+# few steps against `torch.optim.AdamW` (tolerance `verdict.ATOL`); the **peak** of gradient memory during every
+# backward, sampled from every tensor alive in the rank at every hook and before every collective, against the rank's share
 # plus one bucket plus the largest parameter; and what the rank sends during backward, counted at the
 # collectives, in the ZeRO paper's volume (an all-reduce counts twice), at most `zero2_verdict.TRAFFIC_LIMIT` Ψ.
 # Hidden tests use 3 ranks, a bucket smaller
 # than the largest parameter and other hyper-parameters. Calling DeepSpeed, torch's FSDP or the course's
 # `zerolab.handmade` scores 0.
 
-# %% [markdown] lang="zh" en="d0eb97131f6a"
+# %% [markdown] lang="zh" en="3f37304c3fcf"
 # ### 练习 3：`Zero2Gradients(model, bucket_elements)`
 #
 # 编写一个类：构造函数在 `model` 的参数上挂好钩子，并把本 rank 的区间保存在 `self.owned` 中（即 `partition` 为本 rank 给出的那个列表）。此后在每次 `loss.backward()` 期间：
@@ -361,7 +362,7 @@ for label, bucket_allreduce in (("reduced to the owners (the paper)", False),
 #
 # 骨架把工作分成两个方法：由你的钩子调用的 `gradient_arrived(index, p)`，以及 `send_bucket()`；需要的话可以再加别的方法。
 #
-# 测试方式：每个 rank 都运行这个单元格（已提供 `torch`、`dist`、`math` 和一个正确的 `partition`），然后用课程自带的 ZeRO-1 优化器读取你的分片，训练下面这个更深的模型，所以本练习不依赖练习 2。评分程序检查：分片与完整 batch 的梯度是否一致；几步之后的参数与 `torch.optim.AdamW` 是否一致（容差 `verdict.ATOL`）；第一次反向传播期间梯度内存的**峰值**（在每个钩子处、每次集合通信之前，从该 rank 中存活的每个张量采样），不得超过本 rank 的分片加一个桶再加最大的那个参数；以及该 rank 在反向传播期间发送的数据量，在集合通信处统计，按 ZeRO 论文的口径（一次 all-reduce 计两次），最多 `zero2_verdict.TRAFFIC_LIMIT` Ψ。隐藏测试使用 3 个 rank、比最大参数还小的桶，以及其他超参数。调用 DeepSpeed、torch 的 FSDP 或课程自带的 `zerolab.handmade` 得 0 分。
+# 测试方式：每个 rank 都运行这个单元格（已提供 `torch`、`dist`、`math` 和一个正确的 `partition`），然后用课程自带的 ZeRO-1 优化器读取你的分片，训练下面这个更深的模型，所以本练习不依赖练习 2。评分程序在每一次反向传播之后（不只是第一次）检查：分片与完整 batch 在这次反向传播出发时的参数上的梯度是否一致，以及没有留下任何完整的 `.grad`；几步之后的参数与 `torch.optim.AdamW` 是否一致（容差 `verdict.ATOL`）；每一次反向传播期间梯度内存的**峰值**（在每个钩子处、每次集合通信之前，从该 rank 中存活的每个张量采样），不得超过本 rank 的分片加一个桶再加最大的那个参数；以及该 rank 在反向传播期间发送的数据量，在集合通信处统计，按 ZeRO 论文的口径（一次 all-reduce 计两次），最多 `zero2_verdict.TRAFFIC_LIMIT` Ψ。隐藏测试使用 3 个 rank、比最大参数还小的桶，以及其他超参数。调用 DeepSpeed、torch 的 FSDP 或课程自带的 `zerolab.handmade` 得 0 分。
 
 # %%
 numels = fixed.numels(zero2_model.build())
@@ -817,19 +818,21 @@ else:
 # (DeepSpeed sends bf16 gradients by default, `communication_data_type`; here they are averaged in fp32, so that
 # the result can be compared with one process.)
 #
-# How it is tested: each rank trains the fixed model cast to bf16 for a few steps. The grader compares the first
-# step's norm with `torch.nn.utils.clip_grad_norm_` on the unsharded averaged gradient, the fp32 masters after the
-# last step with one process that runs `clip_grad_norm_` and `torch.optim.AdamW` on an fp32 master copy of the same
-# bf16 model (tolerance `mixed_verdict.MASTER_ATOL`), and each rank's bf16 parameters with the masters rounded to
-# bf16. A bf16 master and clipping per shard fail with a message that names them. Hidden tests: 3 ranks, another
-# `max_grad_norm` and hyper-parameters.
+# How it is tested: each rank trains the fixed model cast to bf16 for a few steps. After every step the grader
+# takes the same step in one process, from the bf16 parameters and fp32 masters your ranks held before it, with
+# `torch.nn.utils.clip_grad_norm_` and `torch.optim.AdamW` on an fp32 master copy, and compares the norm your
+# `step()` returned and your fp32 masters with it (tolerance `mixed_verdict.MASTER_ATOL`); then each rank's bf16
+# parameters with the masters rounded to bf16. Starting every step from your own state matters in bf16: two right
+# answers that add the same numbers in another order can round a weight to neighbouring bf16 values, and from
+# there their runs drift apart. A bf16 master and clipping per shard fail with a message that names them. Hidden
+# tests: 3 ranks, another `max_grad_norm` and hyper-parameters.
 
-# %% [markdown] lang="zh" en="f2d515ba834c"
+# %% [markdown] lang="zh" en="0336e977d4b0"
 # ### 练习 6：`MixedShardedAdamW`
 #
 # 还是你的 ZeRO-1，这次用混合精度。模型的参数是 bf16。像练习 2 那样保存 `self.owned`，另外保存 `self.master`：一个由 fp32 一维张量组成的列表，依次是 `self.owned` 中每个区间的主权重副本。`step()` 在 fp32 中平均梯度，用**一次**对各分片平方范数的 all-reduce 算出平均后梯度的全局范数，像 `clip_grad_norm_` 那样缩放梯度，用 AdamW 更新 fp32 主权重，用各 rank 的主权重刷新每个 rank 的 bf16 参数，并返回裁剪之前的范数（一个 float）。（DeepSpeed 默认以 bf16 发送梯度，见 `communication_data_type`；这里在 fp32 中求平均，以便与单个进程的结果比较。）
 #
-# 测试方式：每个 rank 把转成 bf16 的固定模型训练几步。评分程序把第一步的范数与 `torch.nn.utils.clip_grad_norm_` 在未切分的平均梯度上的结果比较；把最后一步之后的 fp32 主权重与单个进程的结果比较，该进程在同一个 bf16 模型的 fp32 主权重副本上运行 `clip_grad_norm_` 和 `torch.optim.AdamW`（容差 `mixed_verdict.MASTER_ATOL`）；并检查每个 rank 的 bf16 参数是否等于主权重舍入到 bf16 的结果。bf16 主权重和按分片裁剪都会失败，并得到点明错误的消息。隐藏测试使用 3 个 rank、另一个 `max_grad_norm` 和其他超参数。
+# 测试方式：每个 rank 把转成 bf16 的固定模型训练几步。每一步之后，评分程序都在单个进程中走同一步：从你的各 rank 在这一步之前持有的 bf16 参数和 fp32 主权重出发，在一份 fp32 主权重副本上运行 `torch.nn.utils.clip_grad_norm_` 和 `torch.optim.AdamW`，再把你的 `step()` 返回的范数和你的 fp32 主权重与它比较（容差 `mixed_verdict.MASTER_ATOL`）；然后检查每个 rank 的 bf16 参数是否等于主权重舍入到 bf16 的结果。在 bf16 中，每一步都从你自己的状态出发很重要：两个正确答案即使只是以不同顺序把同样的数相加，也可能把某个权重舍入到相邻的 bf16 值上，从那以后它们的训练轨迹就会逐渐分开。bf16 主权重和按分片裁剪都会失败，并得到点明错误的消息。隐藏测试使用 3 个 rank、另一个 `max_grad_norm` 和其他超参数。
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_mixed_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MixedShardedAdamW(torch.optim.Optimizer):

@@ -4,8 +4,12 @@ The ranks train the fixed model (zerolab.handmade.model) cast to bf16: forward a
 taken in fp32 from the bf16 output. The references run in one process with torch's own pieces: for each rank's
 rows the same bf16 backward, the gradients summed in fp32 and divided by the world size (data parallelism's
 average, taken in fp32), then ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.AdamW`` on an fp32 master
-copy of the model, whose values are copied (rounded) into the bf16 model after each step. The master starts as
-the bf16 model's values: that is all a rank has.
+copy of the model. The master starts as the bf16 model's values: that is all a rank has.
+
+bf16 training is chaotic: two right answers whose fp32 arithmetic differs by one ulp (another order of the same
+sums) now and then round a weight to the neighbouring bf16 value, and from there their runs drift apart step by
+step. So the verdict compares each step against ``reference_fed``: the reference's step taken from the learner's
+own parameters and master before that step, which only the learner's arithmetic of that one step can move.
 """
 import torch
 
@@ -23,8 +27,10 @@ def loss(model, inputs, targets):
     return torch.nn.functional.mse_loss(model(inputs.to(COMPUTE)).float(), targets)
 
 
-def reference(hyper, steps, world_size, max_grad_norm, mistake=None, seed=0):
-    """(flat fp32 master, flat bf16 parameters as floats, per step the gradient norm before clipping).
+def reference_fed(hyper, world_size, max_grad_norm, before, mistake=None, seed=0):
+    """Per step, the reference's step from the learner's state: ``before`` is one (flat bf16 parameters, flat fp32
+    master) pair per step, what the learner's ranks held before it (the first: the model as built). Returns (the
+    flat fp32 master after each step, the gradient norm before clipping of each step).
 
     ``mistake`` simulates one the verdict names: "per shard" clips each rank's share of the averaged gradient by
     that share's own norm (the norms are then per step a list, one per rank); "bf16 master" rounds the master to
@@ -35,19 +41,27 @@ def reference(hyper, steps, world_size, max_grad_norm, mistake=None, seed=0):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the ranks run one thread: the same bf16 kernels, the same bits
     try:
-        return _reference(hyper, steps, world_size, max_grad_norm, mistake, seed)
+        return _reference(hyper, world_size, max_grad_norm, mistake, seed, before)
     finally:
         torch.set_num_threads(threads)
 
 
-def _reference(hyper, steps, world_size, max_grad_norm, mistake, seed):
+def _load(model, values):
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(torch.tensor(values, dtype=torch.float32).to(
+            next(model.parameters()).dtype), model.parameters())
+
+
+def _reference(hyper, world_size, max_grad_norm, mistake, seed, before):
     compute = build(seed)
     master = build(seed).float()
     optimizer = torch.optim.AdamW(master.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]),
                                   eps=hyper["eps"], weight_decay=hyper["weight_decay"])
     shares = flat_partition(fixed.numels(master), world_size)
-    norms = []
-    for step in range(steps):
+    norms, masters = [], []
+    for step, (params, master_values) in enumerate(before):
+        _load(compute, params)  # the learner's state before this step; Adam's moments stay the reference's
+        _load(master, master_values)
         inputs, targets = fixed.batch(step, seed)
         summed_in = COMPUTE if mistake == "bf16 sum" else torch.float32
         grads = [torch.zeros_like(p, dtype=summed_in) for p in master.parameters()]
@@ -70,10 +84,8 @@ def _reference(hyper, steps, world_size, max_grad_norm, mistake, seed):
                 for p in master.parameters():
                     p.copy_(p.to(COMPUTE))
         optimizer.step()
-        with torch.no_grad():
-            for bf16, fp32 in zip(compute.parameters(), master.parameters()):
-                bf16.copy_(fp32)
-    return fixed.flat(master), fixed.flat(compute), norms
+        masters.append(fixed.flat(master))
+    return masters, norms
 
 
 def _clip_per_shard(params, shares, max_grad_norm):

@@ -26,7 +26,7 @@ class GradientMemory:
         self._baseline = live.Baseline()  # holds its tensors: their addresses cannot be reused by a new one
         self._skip = self._baseline.keys | {_key(p) for p in self.params}
         self._ignored = []
-        self.active = False
+        self.active, self.step = False, 0
         self.peak, self.where, self.samples = 0, None, 0
 
     def ignore(self, *tensors):
@@ -47,4 +47,4 @@ class GradientMemory:
             total += key[1]
         self.samples += 1
         if total > self.peak:
-            self.peak, self.where = total, where
+            self.peak, self.where = total, f"in step {self.step}, {where}"

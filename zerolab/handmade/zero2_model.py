@@ -25,8 +25,11 @@ def reference(hyper, steps, seed=0, grad_scale=1.0):
     return fixed.reference(hyper, steps, seed, grad_scale, build_model=build)
 
 
-def full_gradient(seed=0, step=0):
-    """Flat gradient of the full batch's loss at the initial parameters."""
+def full_gradient(seed=0, step=0, params=None):
+    """Flat gradient of step ``step``'s full-batch loss at ``params`` (flat; default: the initial parameters)."""
     model = build(seed)
+    if params is not None:
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(torch.tensor(params), model.parameters())
     fixed.loss(model, *fixed.batch(step, seed)).backward()
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).tolist()

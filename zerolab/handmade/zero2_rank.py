@@ -3,10 +3,14 @@ trains the deeper model with the course's ZeRO-1 optimizer, while the grader cou
 its gradient memory.
 
 The collective counter (zerolab.handmade.traffic) is installed before the learner's cell runs. Memory is sampled
-in the first step only (zerolab.handmade.zero2_memory): at a grader hook on every parameter, registered before the
+in every step (zerolab.handmade.zero2_memory): at a grader hook on every parameter, registered before the
 learner's, so it runs when the gradient has just arrived and the learner has not yet seen it; before every
-collective the learner makes; and when backward returns.
+collective the learner makes; and when backward returns. After each backward the rank reports which parameters
+still hold a .grad, each grad_shard, and the parameters that backward started from: a learner whose hooks work
+in the first backward only (a counter never reset) is wrong from the second on.
 """
+import gc
+
 import torch
 
 from zerolab.handmade import model as fixed
@@ -29,29 +33,36 @@ def run(job, _namespace=None):
         p.register_post_accumulate_grad_hook(lambda p, index=index: memory.sample(f"when parameter {index}'s "
                                                                                   "gradient arrived"))
     learner = namespace[job.get("name", "Zero2Gradients")](net, job["bucket_elements"])
-    result = {"owned": _plain_ranges(getattr(learner, "owned", None)), "traffic": []}
+    result = {"owned": _plain_ranges(getattr(learner, "owned", None)), "traffic": [], "steps": []}
     for step in range(job["steps"]):
         optimizer.zero_grad()
+        gc.collect()  # garbage of the step before (cycles not yet collected) is no gradient this step holds
         inputs, targets = _local_batch(step)
-        memory.active = step == 0
+        memory.active, memory.step = True, step
         counter.label = step
+        started_from = fixed.flat(net)
         loss = fixed.loss(net, inputs, targets)
-        memory.ignore(inputs, targets, loss)
+        memory.ignore(inputs, targets, loss, *_adam_state(optimizer))
         loss.backward()
         memory.sample("when backward returned")
         counter.label, memory.active = None, False
         result["traffic"].append(counter.summary(step))
-        if step == 0:
-            result.update(memory_peak=memory.peak, memory_where=memory.where, **_gradients(params))
-            if not _all_ranks(_shards_usable(params, optimizer.owned)):
-                return result  # the verdict names what is missing; the optimizer could not step
+        result["steps"].append({"started_from": started_from, **_gradients(params)})
+        result.update(memory_peak=memory.peak, memory_where=memory.where)
+        if not _all_ranks(_shards_usable(params, optimizer.owned)):
+            return result  # the verdict names what is missing; the optimizer could not step
         optimizer.step()
     result["params"] = fixed.flat(net)
     return result
 
 
+def _adam_state(optimizer):
+    """The grader's optimizer state (its moments, from the first step on): not the learner's gradient memory."""
+    return [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+
+
 def _gradients(params):
-    """After the first backward: which parameters still have .grad, and each one's grad_shard as a list."""
+    """After a backward: which parameters still have .grad, and each one's grad_shard as a list."""
     grads, shards = [], []
     for p in params:
         shard = getattr(p, "grad_shard", None)

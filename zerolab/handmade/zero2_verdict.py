@@ -1,7 +1,8 @@
 """Judge the learner's ZeRO-2 (gradients reduced from hooks, a bucket at a time) from what the ranks measured.
 
 In this order, each failing with one message that names the mistake: who owns what; the averaged gradient
-shards after backward; gradient memory (full gradients left, then the measured peak against the rank's share plus
+shards after every backward (each step's against the full-batch gradient at the parameters that backward
+started from); gradient memory (full gradients left, then the measured peak against the rank's share plus
 one bucket plus the largest parameter); traffic during backward (the ZeRO paper's volume, counted at the
 collectives: near Psi for gradients reduced to their owners, 2 Psi for an all-reduce); training equal to
 torch.optim.AdamW on the full batch.
@@ -43,36 +44,44 @@ def ownership(results, numels, shares, name):
 
 def _shards(results, numels, shares):
     world_size = len(results)
-    full = deep.full_gradient()
     offsets = [sum(numels[:i]) for i in range(len(numels))]
     summed = False
-    for rank, result in enumerate(results):
-        for index, start, end in shares[rank]:
-            shard = result["shards"][index]
-            if not isinstance(shard, list):
-                return (f"missing shard: after backward, parameter {index} has no grad_shard (a 1-D tensor) on rank "
-                        f"{rank}, which owns {end - start} of its elements (found {shard or 'None'})")
-            if len(shard) != end - start:
-                return (f"wrong shard size: rank {rank}'s grad_shard of parameter {index} has {len(shard)} elements; "
-                        f"the rank owns {end - start} of that parameter")
-            want = full[offsets[index] + start:offsets[index] + end]
-            if verdict._max_gap(shard, want) > verdict.ATOL:
-                if verdict._max_gap(shard, [world_size * w for w in want]) <= verdict.ATOL * world_size:
-                    summed = True
-                    continue
-                return (f"wrong values: rank {rank}'s grad_shard of parameter {index} is not the averaged gradient "
-                        "of the elements it owns")
-    if summed:
-        return f"wrong scale: the gradients are summed over the {world_size} ranks, not averaged"
+    for step in range(min(len(result["steps"]) for result in results)):
+        full = deep.full_gradient(step=step, params=results[0]["steps"][step]["started_from"])
+        when = "after backward" if step == 0 else f"after the backward of step {step}"
+        for rank, result in enumerate(results):
+            for index, start, end in shares[rank]:
+                shard = result["steps"][step]["shards"][index]
+                if not isinstance(shard, list):
+                    return (f"missing shard: {when}, parameter {index} has no grad_shard (a 1-D tensor) on rank "
+                            f"{rank}, which owns {end - start} of its elements (found {shard or 'None'})"
+                            + ("" if step == 0 else "; the first backward left one: is every backward's last "
+                                                    "bucket sent?"))
+                if len(shard) != end - start:
+                    return (f"wrong shard size: {when}, rank {rank}'s grad_shard of parameter {index} has "
+                            f"{len(shard)} elements; the rank owns {end - start} of that parameter")
+                want = full[offsets[index] + start:offsets[index] + end]
+                if verdict._max_gap(shard, want) > verdict.ATOL:
+                    if verdict._max_gap(shard, [world_size * w for w in want]) <= verdict.ATOL * world_size:
+                        summed = True
+                        continue
+                    return (f"wrong values: {when}, rank {rank}'s grad_shard of parameter {index} is not the "
+                            "averaged gradient of the elements it owns"
+                            + ("" if step == 0 else " in that step; the first backward's was: is every backward's "
+                                                    "last bucket sent?"))
+        if summed:
+            return f"wrong scale: the gradients are summed over the {world_size} ranks, not averaged"
     return None
 
 
 def _memory(results, numels, shares, bucket_elements):
     for rank, result in enumerate(results):
-        kept = [index for index, has in enumerate(result["grads"]) if has]
-        if kept:
-            return (f"memory: after backward parameter {kept[0]} still has its full .grad on rank {rank}; the full "
-                    "gradients are not freed once their bucket is reduced")
+        for step, seen in enumerate(result["steps"]):
+            kept = [index for index, has in enumerate(seen["grads"]) if has]
+            if kept:
+                when = "after backward" if step == 0 else f"after the backward of step {step}"
+                return (f"memory: {when} parameter {kept[0]} still has its full .grad on rank {rank}; the full "
+                        "gradients are not freed once their bucket is reduced")
     for rank, result in enumerate(results):
         budget = memory_budget(numels, len(results), rank, bucket_elements)
         if result["memory_peak"] > budget:
