@@ -97,6 +97,23 @@ def test_zerolab_builds_ops_with_its_own_environments_ninja_whatever_path_says()
     assert done.stdout.strip() == str(ours)
 
 
+def test_a_system_python_with_a_ninja_beside_it_keeps_the_path_as_it_was(tmp_path):
+    """Outside a virtual environment (Colab's /usr/bin/python3 has /usr/bin/ninja beside it) zerolab leaves PATH
+    alone: its bin first could change which pip or python a learner's `!pip` finds."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "python3").symlink_to(os.path.realpath(os.path.join(sys.base_prefix, "bin", "python3")))
+    (folder / "ninja").write_text("#!/bin/sh\n")
+    (folder / "ninja").chmod(0o755)
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([str(folder / "python3"), "-c",
+                           "import os, sys, zerolab; print(sys.prefix == sys.base_prefix, os.environ['PATH'])"],
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "/usr/bin:/bin"]
+
+
 def test_this_venvs_built_ops_are_up_to_date_for_its_own_ninja():
     """Every op in the venv's folder was last built by the venv's ninja: loading it again compiles nothing (the
     suite's summary also names an op rebuilt during the run)."""

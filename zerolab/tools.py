@@ -56,8 +56,10 @@ def keep_ops_per_environment():
 
     It also puts this environment's own `ninja` first on PATH: pip's ninja 1.13 and Debian's 1.11 hash a build
     command differently, so an op built by one is rebuilt from scratch by the other (minutes on 2 cores; a
-    sandboxed grading kernel that found /usr/bin/ninja recompiled the op seeded into it inside a graded cell)."""
-    if os.path.exists(os.path.join(interpreter_bin(), "ninja")):
+    sandboxed grading kernel that found /usr/bin/ninja recompiled the op seeded into it inside a graded cell).
+    Only a virtual environment's bin goes first (what activating it does): a system python's bin (/usr/bin on
+    Colab) first on PATH could change which `pip` or `python` a learner's shell command finds."""
+    if own_extensions_root() is not None and os.path.exists(os.path.join(interpreter_bin(), "ninja")):
         os.environ["PATH"] = env_with_interpreter_bin()["PATH"]
     current = os.environ.get("TORCH_EXTENSIONS_DIR")
     if current and current != os.environ.get(SET_BY_ZEROLAB):
