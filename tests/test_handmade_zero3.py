@@ -59,6 +59,13 @@ WRONG = {
         "size = -(-p.numel() // self.world_size)",
         "size = p.numel() // self.world_size + 1"),
         "wrong size: rank 0's shard of parameter 0 has"),
+    # Right with one backward() per step; with two, the second's gradient replaces the first's.
+    "gradient_overwritten_not_accumulated": (lambda: mutate(
+        "shard.grad = mine if shard.grad is None else shard.grad + mine", "shard.grad = mine"),
+        "gradient accumulation: with two backward() calls before each step"),
+    # The prefetched all-gather read without waiting: a race that gloo usually won; the probe delivers at wait()
+    "prefetch_read_without_wait": (lambda: mutate("            work.wait()\n", ""),
+                                   "async without wait(): in step 0 rank 0 started"),
     "calls_fully_shard": (lambda: "from torch.distributed.fsdp import fully_shard\n\n\n" + solution_cell(),
                           "uses torch's FSDP, which does the sharding for you; this exercise scores 0"),
 }

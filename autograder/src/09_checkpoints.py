@@ -257,9 +257,16 @@ DIAGNOSIS = "C"
 from zerolab.checks import choice
 from zerolab.ckpt.answers import diagnosis_letter
 
+from zerolab.ckpt.answers import diagnosis_key
+
 _letter = choice(DIAGNOSIS, "ABCD", "DIAGNOSIS")
 assert _letter != diagnosis_letter("dtype"), "DIAGNOSIS is not right: a dtype difference alone loads (PyTorch copies and casts); " \
     "read the shapes in the message"
+assert _letter != diagnosis_letter("world_size"), "DIAGNOSIS is not right: this is plain torch.load and " \
+    "load_state_dict, which know nothing of ranks; read the shapes in the message"
+assert _letter != diagnosis_letter("truncated"), "DIAGNOSIS is not right: a file cut short fails in torch.load " \
+    "itself, before load_state_dict sees any shape"
+assert _letter == diagnosis_key(), "DIAGNOSIS is not right: read the shapes the message compares"
 ### BEGIN HIDDEN TESTS
 from zerolab.checks_source import off_limits as _off_limits
 
@@ -408,6 +415,7 @@ _import_deepspeed()  # its start-up log stays off the output
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig as _ZeroConfig
 
 _given = checkpoint_config(stage=2)
+_given["zero_optimization"]["contiguous_gradients"] = False  # a field of its own that must survive
 _before = _json.dumps(_given, sort_keys=True)
 _mine = zero3_save_config(_given)
 assert _json.dumps(_given, sort_keys=True) == _before, "changed input: return a copy and leave config as it was"
@@ -419,6 +427,10 @@ assert _parsed.gather_16bit_weights_on_model_save is True, \
     "not gathered: DeepSpeed's config class reads your zero_optimization as not gathering the 16-bit weights at save"
 for _key in _given:
     assert _key in _mine, f"missing key: {_key!r} of the given config is gone; keep every other field"
+for _key, _value in _given["zero_optimization"].items():
+    assert _key == "stage" or _mine["zero_optimization"].get(_key) == _value, \
+        f"missing key: zero_optimization's {_key!r} of the given config is gone or changed; keep the other " \
+        "zero_optimization fields"
 ### BEGIN HIDDEN TESTS
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig as _ZeroConfig2
 from zerolab.checks import plain as _plain
@@ -538,11 +550,11 @@ from subprocess import CalledProcessError as _CalledProcessError
 from zerolab.checks_source import off_limits
 
 off_limits("prepare_resume", ["zerolab.ckpt"], exercise="exercise 5", instead="run DeepSpeed's ds_to_universal")
-from zerolab.ckpt.answers import quietly as _quietly
+from zerolab.ckpt.answers import no_process_pool as _no_process_pool, quietly as _quietly
 from zerolab.ckpt.runs import SMALL as _SMALL, checkpoint_config as _config, resume_run as _resume, save_run as _save
 from zerolab.run import RunFailed as _RunFailed
 
-with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder:
+with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder, _no_process_pool():
     _saved_dir, _universal_dir = _os.path.join(_folder, "ck"), _os.path.join(_folder, "universal")
     _saved = _quietly(_save, _config(stage=2), _saved_dir, ranks=2, steps=2, model=_SMALL)[0]["final"]
     try:

@@ -209,9 +209,11 @@ def _decay_errors(results):
 
 
 def _max_gap(a, b):
+    """The largest difference; inf when the lengths differ or a value is NaN (which no comparison would catch)."""
     if len(a) != len(b):
         return math.inf
-    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+    gaps = [abs(x - y) for x, y in zip(a, b)]
+    return math.inf if any(math.isnan(gap) for gap in gaps) else max(gaps, default=0.0)
 
 
 DEEPSPEED_ATOL = 1e-5  # DeepSpeed averages gradients in its own order and steps an fp32 master copy

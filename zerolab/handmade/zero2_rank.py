@@ -3,9 +3,10 @@ trains the deeper model with the course's ZeRO-1 optimizer, while the grader cou
 its gradient memory.
 
 The collective counter (zerolab.handmade.traffic) is installed before the learner's cell runs. Memory is sampled
-in every step (zerolab.handmade.zero2_memory): at a grader hook on every parameter, registered before the
-learner's, so it runs when the gradient has just arrived and the learner has not yet seen it; before every
-collective the learner makes; and when backward returns. After each backward the rank reports which parameters
+in the first two steps (zerolab.handmade.zero2_memory; the second is where a learner's state from the first shows,
+and every sample scans all live tensors, so later steps would cost seconds and find nothing new): at a grader hook
+on every parameter, registered before the learner's, so it runs when the gradient has just arrived and the learner
+has not yet seen it; before every collective the learner makes; and when backward returns. After each backward the rank reports which parameters
 still hold a .grad, each grad_shard, and the parameters that backward started from: a learner whose hooks work
 in the first backward only (a counter never reset) is wrong from the second on.
 """
@@ -19,6 +20,9 @@ from zerolab.handmade.rank import _hyper, _local_batch, learner_namespace
 from zerolab.handmade.sharded import ShardedAdamW
 from zerolab.handmade.traffic import CollectiveCounter
 from zerolab.handmade.zero2_memory import GradientMemory
+
+
+MEMORY_STEPS = (0, 1)
 
 
 def run(job, _namespace=None):
@@ -36,9 +40,10 @@ def run(job, _namespace=None):
     result = {"owned": _plain_ranges(getattr(learner, "owned", None)), "traffic": [], "steps": []}
     for step in range(job["steps"]):
         optimizer.zero_grad()
-        gc.collect()  # garbage of the step before (cycles not yet collected) is no gradient this step holds
+        if step in MEMORY_STEPS:
+            gc.collect()  # garbage of the step before (cycles not yet collected) is no gradient this step holds
         inputs, targets = _local_batch(step)
-        memory.active, memory.step = True, step
+        memory.active, memory.step = step in MEMORY_STEPS, step
         counter.label = step
         started_from = fixed.flat(net)
         loss = fixed.loss(net, inputs, targets)

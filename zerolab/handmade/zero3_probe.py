@@ -11,6 +11,10 @@
   tensor's @), counted by wrapping them where Python looks them up (a torch function mode would miss the
   forwards that activation checkpointing reruns inside backward). Autograd's backward computes in C++ and is
   not seen, so a step that counts more than one per layer ran some layer's forward again.
+- Async all-gathers (``async_op=True``), with ``deliver_on_wait``: their result reaches the output tensor when ``wait()`` is called on the
+  work they return, not before (an async collective promises its data only after ``wait()``; gloo on CPU usually
+  finishes sooner, so a missing ``wait()`` was a race that passed most runs). Until then the output holds NaN, and
+  a step that ends with one never waited for says so.
 - Live bytes: the storages behind every torch tensor the garbage collector tracks in the process (parameters,
   gathered buffers, whatever the learner keeps), each storage once, minus the storages the grader names
   (gradients, optimizer state, batch, activations). Sampled at every collective and every matmul, and wherever
@@ -120,15 +124,62 @@ def live_storages():
     return found
 
 
+class DeliveredOnWait:
+    """The work of an async all-gather run into a staging buffer: ``wait()`` (or ``synchronize()``, a completed
+    ``is_completed()``, ``get_future()``) copies the result into the learner's output; the rest is the work's."""
+
+    def __init__(self, work, staging, outputs, probe):
+        self._work, self._staging, self._outputs, self._probe = work, staging, outputs, probe
+        self.delivered = False
+
+    def _deliver(self):
+        if not self.delivered:
+            self._work.wait()
+            for output, staged in zip(self._outputs, self._staging):
+                output.copy_(staged)
+            self.delivered = True
+            self._probe.in_flight.remove(self)
+
+    def wait(self, *args, **kwargs):
+        self._deliver()
+        return True
+
+    def synchronize(self):
+        self._deliver()
+
+    def is_completed(self):
+        done = self._work.is_completed()
+        if done:
+            self._deliver()
+        return done
+
+    def get_future(self):
+        self._deliver()
+        future = torch.futures.Future()
+        future.set_result(list(self._outputs))
+        return future
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _staged(value):
+    """(staging buffers, learner's outputs) for an all-gather output: a tensor, or a list of tensors."""
+    outputs = [value] if torch.is_tensor(value) else list(value)
+    return [torch.empty_like(t) for t in outputs], outputs
+
+
 class Probe:
     """Counts collectives and matmuls per step and samples live bytes (see the module docstring).
 
     ``excluded()`` returns the tensors whose storages a sample leaves out; it is called at each sample. With
-    ``measure`` a sample is ``measure(tensors of the reduction being called, or ())`` instead of live bytes.
+    ``measure`` a sample is ``measure(tensors of the reduction being called, or ())`` instead of live bytes. With
+    ``deliver_on_wait`` async all-gathers deliver at ``wait()`` (the learner's ZeRO-3; not DeepSpeed's or FSDP's,
+    whose works go on into torch's own code).
     """
 
-    def __init__(self, excluded=lambda: (), measure=None):
-        self.excluded, self.measure = excluded, measure
+    def __init__(self, excluded=lambda: (), measure=None, deliver_on_wait=False):
+        self.excluded, self.measure, self.deliver_on_wait = excluded, measure, deliver_on_wait
         self.steps = []
         self.sampling = False
         self._current = None
@@ -136,6 +187,7 @@ class Probe:
         self._originals = {}
         self._patched = []
         self.live = LiveTensors()
+        self.in_flight = []  # DeliveredOnWait works not yet waited for
 
     def install(self, matmuls=True):
         """Wrap torch.distributed's collectives (and the matmuls); call before the learner's cell is run."""
@@ -181,12 +233,31 @@ class Probe:
                 self.sample(f"{op} call", value if op in ("reduce-scatter", "all-reduce", "reduce") else ())
             self._depth.value = depth + 1
             try:
+                if self.deliver_on_wait and depth == 0 and op == "all-gather" \
+                        and kwargs.get("async_op", len(args) > 3 and args[3]):
+                    return self._deliver_on_wait(original, position, keyword, args, kwargs)
                 return original(*args, **kwargs)
             finally:
                 self._depth.value = depth
 
         counted.__wrapped__ = original
         return counted
+
+    def _deliver_on_wait(self, original, position, keyword, args, kwargs):
+        value = kwargs.get(keyword, args[position] if len(args) > position else None)
+        staging, outputs = _staged(value)
+        target = staging[0] if torch.is_tensor(value) else staging
+        if keyword in kwargs:
+            kwargs = dict(kwargs, **{keyword: target})
+        else:
+            args = args[:position] + (target,) + args[position + 1:]
+        work = original(*args, **kwargs)
+        for output in outputs:
+            if output.is_floating_point():
+                output.fill_(float("nan"))
+        delivery = DeliveredOnWait(work, staging, outputs, self)
+        self.in_flight.append(delivery)
+        return delivery
 
     def sample(self, where, also_excluded=()):
         if not (self.sampling and self._current is not None):
@@ -200,7 +271,8 @@ class Probe:
             time.sleep(SETTLE_SECONDS)
             shapes = {}
             live = self.live.storages(shapes)
-            for tensor in list(self.excluded()) + also:
+            staged = [t for delivery in self.in_flight for t in delivery._staging]
+            for tensor in list(self.excluded()) + also + staged:
                 if torch.is_tensor(tensor):
                     live.pop(storage_key(tensor)[0], None)
             nbytes = sum(live.values())
@@ -240,7 +312,11 @@ class _Step:
             self.probe.live.stop()
         current = self.probe._current
         self.probe._current, self.probe.sampling = None, False
+        never_waited = len(self.probe.in_flight)
+        for delivery in list(self.probe.in_flight):  # delivered now, so the next step starts clean
+            delivery._deliver()
         self.probe.steps.append({
+            "never_waited": never_waited,
             "collectives": {op: {"calls": c, "elements": e, "bytes": b} for op, (c, e, b) in
                             sorted(current["collectives"].items())},
             "matmuls": current["matmuls"],

@@ -3,7 +3,7 @@
 Job kind "zerolab.handmade.zero3_rank:run". The learner's cell travels as job["zero3_source"] (not "source"), so
 that the collectives are wrapped before the cell runs: a cell that binds ``dist.all_gather`` to a name of its own
 is counted too. Each rank: checks the shards the wrapper made, trains ``steps`` steps of torch.optim.AdamW on
-them, samples live bytes in the first two steps, and all-gathers the shards at the end to compare with the
+them (each of ``micro_steps`` backward() calls: gradient accumulation), samples live bytes in the first two steps, and all-gathers the shards at the end to compare with the
 one-process reference.
 """
 import time
@@ -23,7 +23,7 @@ def run(job, namespace=None):
     warnings.filterwarnings("ignore", category=FutureWarning, message=".*is deprecated.*")
     world_size, rank = dist.get_world_size(), dist.get_rank()
     held = {"batch": [], "activations": [], "optimizer": None, "shards": [], "net": None, "grader": []}
-    probe = Probe(excluded=lambda: _excluded(held)).install()
+    probe = Probe(excluded=lambda: _excluded(held), deliver_on_wait=True).install()
     wrapper_class = _wrapper_class(job)
     if wrapper_class is None:
         return {"problem": {"kind": "missing", "name": job.get("name", "Zero3")}}
@@ -50,14 +50,22 @@ def run(job, namespace=None):
                                   weight_decay=hyper["weight_decay"])
     held["optimizer"] = optimizer
     losses, seconds, full_grads_kept, shard_grad_problem = [], [], [], None
+    micro_steps = job.get("micro_steps", 1)
     for step in range(job["steps"]):
         optimizer.zero_grad(set_to_none=True)
-        held["batch"] = list(deep.local_batch(step, rank, world_size))
+        inputs, targets = deep.local_batch(step, rank, world_size)
+        held["batch"] = [inputs, targets]
         started = time.perf_counter()
         with probe.step(sample_memory=step in MEMORY_STEPS):
-            loss = deep.loss(wrapped(held["batch"][0]), held["batch"][1])
-            held["batch"].append(loss)
-            loss.backward()
+            # micro_steps > 1: gradient accumulation, the rank's rows in equal micro-batches, each loss scaled so
+            # that the gradients add up to the whole rows' (torch adds each backward's gradient to .grad)
+            loss = 0.0
+            for part_inputs, part_targets in zip(inputs.chunk(micro_steps), targets.chunk(micro_steps)):
+                part = deep.loss(wrapped(part_inputs), part_targets)
+                part = part / micro_steps if micro_steps > 1 else part
+                held["batch"].append(part)
+                part.backward()
+                loss = loss + part.detach()
             probe.sample("after backward")
         seconds.append(time.perf_counter() - started)
         held["activations"].clear()

@@ -1,17 +1,18 @@
 """Judge a ZeRO-3 run (zerolab.handmade.zero3_rank) and name the mistake in one sentence.
 
 Four things are graded, each from what the grader measured, never from what the learner's code reports:
-- numbers: the whole parameters after K steps equal one-process torch.optim.AdamW on the full batch;
+- numbers: the whole parameters after K steps equal one-process torch.optim.AdamW on the full batch, and again
+  with two backward() calls before each step (gradient accumulation: a shard's .grad adds them up);
 - memory: the parameter bytes alive in a rank at any sampled moment stay within its shards of every parameter
   plus two layers gathered (the one computing and the one prefetched), plus the gradients of every activation
   (autograd's, alive in backward for as long as the garbage collector, paused while sampling, leaves them);
   gradients, optimizer state, batch and activations are left out (zero3_probe);
 - traffic: no all-reduce of gradients, and at most two all-gathers of the parameters and one reduce-scatter of
   the gradients per step (3Ψ, padded per parameter as DeepSpeed's partition_parameters.py pads);
-- no recomputation: one Linear forward per layer per step.
+- no recomputation: one Linear forward per layer per step;
+- and first, that every async all-gather was waited for (zero3_probe delivers its result only at wait()).
 """
-import math
-
+from zerolab.handmade import verdict
 from zerolab.handmade import zero3_model as deep
 
 ATOL = 1e-5  # six layers of fp32 reduced in another order move a parameter by a few 1e-6
@@ -43,6 +44,12 @@ def zero3_problem(results, hyper, steps):
     for result in results:
         if result.get("problem"):
             return _shard_message(result["problem"], world_size)
+    for rank, result in enumerate(results):
+        for index, step in enumerate(result["steps"]):
+            if step.get("never_waited"):
+                return (f"async without wait(): in step {index} rank {rank} started {step['never_waited']} "
+                        "all-gather(s) with async_op=True and never called wait() on the work returned; the "
+                        "gathered tensor holds the result only after wait(), so reading it before is a race")
     for rank, result in enumerate(results):
         for step in result["steps"]:
             if step["matmuls"] > sizes["layers"]:
@@ -91,6 +98,21 @@ def zero3_problem(results, hyper, steps):
     return None
 
 
+def accumulation_problem(results, hyper, steps):
+    """The run with two backward() calls before each step (zero3_grade.ACCUMULATION), after a run with one that
+    trained right: what differs is the accumulation, so a mismatch is named as such."""
+    world_size = len(results)
+    for result in results:
+        if result.get("problem"):
+            return _shard_message(result["problem"], world_size)
+    gap = _max_gap(results[0]["params"], deep.reference(hyper, steps))
+    if gap > ATOL:
+        return (f"gradient accumulation: with two backward() calls before each step the parameters differ from "
+                f"torch.optim.AdamW on the full batch by up to {gap:.2e} (tolerance {ATOL:g}); a shard's .grad adds "
+                "each backward's averaged gradient to what it holds, as torch does with .grad, until zero_grad()")
+    return None
+
+
 def _shard_message(problem, world_size):
     kind = problem["kind"]
     if kind == "not_a_list":
@@ -119,6 +141,4 @@ def _shard_message(problem, world_size):
 
 
 def _max_gap(a, b):
-    if len(a) != len(b):
-        return math.inf
-    return max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+    return verdict._max_gap(a, b)
