@@ -143,8 +143,9 @@ def pytest_terminal_summary(terminalreporter, config):
         before = _DURATIONS["ops"].get(op)
         if before and before[0] != built:
             changed = sorted(set(build.split()) ^ set(before[1].split()))
+            unchanged = "nothing (another ninja? one of another version hashes the same command differently)"
             terminalreporter.write_line(f"the suite recompiled DeepSpeed op {op} in this venv; its build command "
-                                        f"changed in: {changed or 'nothing (another ninja? a ninja of another version hashes the same command differently)'}")
+                                        f"changed in: {changed or unchanged}")
     terminalreporter.write_line(
         f"suite time: {len(tests)} tests, {wall / 60:.1f} min wall on {workers} worker(s), {total / 60:.1f} min of "
         f"tests (budget: 25 min wall on an idle 2-core machine; per module: python scripts/suite_budget.py)")

@@ -1,4 +1,6 @@
 """Lesson 09's answer parsing and its multiple-choice key (kept out of the notebook, so no cell shows it)."""
+import contextlib
+
 from zerolab.checks import number
 from zerolab.units import parse_bytes
 
@@ -70,20 +72,15 @@ class _NoProcessPool:
             "num_merge_workers=1, so that the conversion runs in this process")
 
 
+@contextlib.contextmanager
 def no_process_pool():
     """A context in which DeepSpeed's ds_to_universal cannot start a process pool, in Jupyter as under grading:
     the visible test then fails where grading would, with a message that says why."""
-    import contextlib
-
     from deepspeed.checkpoint import ds_to_universal
 
-    @contextlib.contextmanager
-    def refused():
-        original = ds_to_universal.ProcessPoolExecutor
-        ds_to_universal.ProcessPoolExecutor = _NoProcessPool
-        try:
-            yield
-        finally:
-            ds_to_universal.ProcessPoolExecutor = original
-
-    return refused()
+    original = ds_to_universal.ProcessPoolExecutor
+    ds_to_universal.ProcessPoolExecutor = _NoProcessPool
+    try:
+        yield
+    finally:
+        ds_to_universal.ProcessPoolExecutor = original

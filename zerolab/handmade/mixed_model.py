@@ -46,12 +46,6 @@ def reference_fed(hyper, world_size, max_grad_norm, before, mistake=None, seed=0
         torch.set_num_threads(threads)
 
 
-def _load(model, values):
-    with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(torch.tensor(values, dtype=torch.float32).to(
-            next(model.parameters()).dtype), model.parameters())
-
-
 def _reference(hyper, world_size, max_grad_norm, mistake, seed, before):
     compute = build(seed)
     master = build(seed).float()
@@ -60,8 +54,8 @@ def _reference(hyper, world_size, max_grad_norm, mistake, seed, before):
     shares = flat_partition(fixed.numels(master), world_size)
     norms, masters = [], []
     for step, (params, master_values) in enumerate(before):
-        _load(compute, params)  # the learner's state before this step; Adam's moments stay the reference's
-        _load(master, master_values)
+        fixed.load(compute, params)  # the learner's state before this step; Adam's moments stay the reference's
+        fixed.load(master, master_values)
         inputs, targets = fixed.batch(step, seed)
         summed_in = COMPUTE if mistake == "bf16 sum" else torch.float32
         grads = [torch.zeros_like(p, dtype=summed_in) for p in master.parameters()]

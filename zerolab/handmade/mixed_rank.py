@@ -1,12 +1,14 @@
 """Rank side of the mixed-precision exercise (job kind "zerolab.handmade.mixed_rank:run"): the learner's
 optimizer trains the fixed model in bf16 for a few steps; the rank reports the norms its step() returned, its
 fp32 master shard (``optimizer.master``: one 1-D tensor per range of ``optimizer.owned``) and the bf16
-parameters after every step, and the collectives each step made (zerolab.handmade.traffic, installed before the learner's cell runs)."""
+parameters after every step, and the collectives each step made (zerolab.handmade.traffic, installed before the
+learner's cell runs)."""
 import math
 
 import torch
 
 from zerolab.handmade import mixed_model
+from zerolab.handmade import model as fixed
 from zerolab.handmade.rank import _hyper, _local_batch, learner_namespace
 from zerolab.handmade.traffic import CollectiveCounter
 
@@ -25,17 +27,13 @@ def run(job, _namespace=None):
         norms.append(_number(optimizer.step()))
         counter.label = None
         traffic.append(counter.summary(step))
-        params_after.append(_params(net))
+        params_after.append(fixed.flat(net))
         masters_after.append(_master(getattr(optimizer, "master", None)))
     return {"owned": _plain_ranges(getattr(optimizer, "owned", None)), "norms": norms,
             "master": masters_after[-1] if masters_after else _master(getattr(optimizer, "master", None)),
-            "traffic": traffic, "params": params_after[-1] if params_after else _params(net),
+            "traffic": traffic, "params": params_after[-1] if params_after else fixed.flat(net),
             "params_after": params_after, "masters_after": masters_after,
             "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in net.parameters()})}
-
-
-def _params(net):
-    return [float(v) for p in net.parameters() for v in p.detach().float().reshape(-1).tolist()]
 
 
 def _number(value):

@@ -41,6 +41,13 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
 
 
+def load(model, values):
+    """Set the model's parameters from a flat list of floats (the inverse of flat), in the model's own dtype."""
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(torch.tensor(values, dtype=torch.float32).to(
+            next(model.parameters()).dtype), model.parameters())
+
+
 def param_groups(model, layout=None):
     """What the tests pass to an optimizer: the parameters (one group), or NO_DECAY_ON_BIASES's two groups."""
     if layout is None:

@@ -29,7 +29,6 @@ def full_gradient(seed=0, step=0, params=None):
     """Flat gradient of step ``step``'s full-batch loss at ``params`` (flat; default: the initial parameters)."""
     model = build(seed)
     if params is not None:
-        with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.tensor(params), model.parameters())
+        fixed.load(model, params)
     fixed.loss(model, *fixed.batch(step, seed)).backward()
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).tolist()

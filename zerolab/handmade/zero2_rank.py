@@ -6,9 +6,9 @@ The collective counter (zerolab.handmade.traffic) is installed before the learne
 in the first two steps (zerolab.handmade.zero2_memory; the second is where a learner's state from the first shows,
 and every sample scans all live tensors, so later steps would cost seconds and find nothing new): at a grader hook
 on every parameter, registered before the learner's, so it runs when the gradient has just arrived and the learner
-has not yet seen it; before every collective the learner makes; and when backward returns. After each backward the rank reports which parameters
-still hold a .grad, each grad_shard, and the parameters that backward started from: a learner whose hooks work
-in the first backward only (a counter never reset) is wrong from the second on.
+has not yet seen it; before every collective the learner makes; and when backward returns. After each backward
+the rank reports which parameters still hold a .grad, each grad_shard, and the parameters that backward started
+from: a learner whose hooks work in the first backward only (a counter never reset) is wrong from the second on.
 """
 import gc
 

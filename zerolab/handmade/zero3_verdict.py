@@ -12,7 +12,7 @@ Four things are graded, each from what the grader measured, never from what the 
 - no recomputation: one Linear forward per layer per step;
 - and first, that every async all-gather was waited for (zero3_probe delivers its result only at wait()).
 """
-from zerolab.handmade import verdict
+from zerolab.handmade.verdict import _max_gap
 from zerolab.handmade import zero3_model as deep
 
 ATOL = 1e-5  # six layers of fp32 reduced in another order move a parameter by a few 1e-6
@@ -138,7 +138,3 @@ def _shard_message(problem, world_size):
         return (f"missing gradient: after backward, rank {problem['rank']}'s shard {problem['index']} has no .grad "
                 "of its own shape: each rank's averaged gradient shard belongs in its shard's .grad")
     return f"the ranks reported {kind}"
-
-
-def _max_gap(a, b):
-    return verdict._max_gap(a, b)
