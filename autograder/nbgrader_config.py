@@ -13,10 +13,9 @@ c.Execute.kernel_name = "python3"
 # Seconds per cell for plain `nbgrader autograde`. Lesson cells take seconds and real-run cells skip while grading
 # (NBGRADER_EXECUTION is set), except the test cells that start DeepSpeed ranks themselves: lesson 09's exercise 5
 # (a 2-rank save, ds_to_universal, a 3-rank resume) took 74 s under `zerolab grade` at a load average of 15 on 2
-# cores, 20-30 s idle. That fits only because no rank compiles DeepSpeed's shm comm op: its build (1-7 min on 2
-# cores) is done once by scripts/setup.sh, and `zerolab grade` copies it into each sandboxed kernel's /tmp.
-# Where that build cannot be reused (a clone in a new path), the first such cell compiles it: in a fresh-clone CI
-# run lesson 09's exercise 3 was stopped at 120 s. 240 s leaves room for that; longer, a cell is an endless loop.
+# cores, 20-30 s idle. No rank compiles anything: DeepSpeed's shm comm op, which its CPU accelerator would build when
+# distributed starts (1-7 min on 2 cores), is skipped (zerolab.run.op_cache.skip_shm_comm_op). 240 s leaves room
+# for a machine loaded far beyond that; longer, a cell is an endless loop.
 c.Execute.timeout = 240
 
 # Caps for `zerolab grade`, which runs each student's kernel in a sandbox (README, "Instructor guide").

@@ -1,9 +1,10 @@
-"""Compile, once, the two DeepSpeed ops the course's CPU runs need, so lesson 06's first run starts at once.
+"""Compile, once, the DeepSpeed op the course's CPU runs need, so lesson 06's first run starts at once.
 
     DS_ACCELERATOR=cpu python scripts/build_ops.py      (scripts/setup.sh runs this)
 
-The ops are DeepSpeed's shared-memory communication op (used by every CPU run) and CPU Adam (used with optimizer
-offload). Each is compiled with g++ and ninja on first use and cached in this virtual environment's own folder,
+The op is CPU Adam (used with optimizer offload). DeepSpeed's shared-memory communication op is not built: only
+tensor-parallel inference uses it, and the course's runs tell DeepSpeed to skip it
+(zerolab.run.op_cache.skip_shm_comm_op). The op is compiled with g++ and ninja on first use and cached in this virtual environment's own folder,
 .venv/torch_extensions (zerolab.tools.own_extensions_root; $TORCH_EXTENSIONS_DIR overrides it), so another
 checkout's venv never rebuilds it; an op already cached loads in a second. A line every 15 s shows the build is alive.
 `bash scripts/setup.sh` runs it in the background (log: .venv/build_ops.log); a run that needs an op meanwhile
@@ -14,7 +15,7 @@ import sys
 import threading
 import time
 
-OPS = ("ShareMemCommBuilder", "CPUAdamBuilder")
+OPS = ("CPUAdamBuilder",)
 TICK_S = 15
 
 
@@ -56,7 +57,7 @@ def main():
     for lock in clear_orphaned_locks():
         print(f"build_ops: removed a build lock that no process holds (left by a killed build): {lock}", flush=True)
     total = sum(build(name) for name in OPS)
-    print(f"build_ops: both ops ready in {total:.0f} s (cached: later runs start at once)", flush=True)
+    print(f"build_ops: ready in {total:.0f} s (cached: later runs start at once)", flush=True)
     return 0
 
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Set up a checkout: a virtual environment in .venv with everything in requirements.txt (zerolab included),
-# Jupyter configured for students (scripts/student_jupyter.py) and DeepSpeed's two CPU ops compiled once.
-#   bash scripts/setup.sh            the course. Returns as soon as the lessons can run: the ops (needed only by
-#                                    lesson 06 and `zerolab run`) compile in the background, detached, logged to
-#                                    .venv/build_ops.log; a run that needs one waits for it with a progress line
+# Jupyter configured for students (scripts/student_jupyter.py) and DeepSpeed's CPU Adam op compiled once.
+#   bash scripts/setup.sh            the course. Returns as soon as the lessons can run: the op (needed only by
+#                                    optimizer offload: lesson 06) compiles in the background, detached, logged to
+#                                    .venv/build_ops.log; a run that needs it waits for it with a progress line
 #   bash scripts/setup.sh --grading  also what grading and the full test suite need: bubblewrap (the sandbox
 #                                    `zerolab grade` runs student code in), Debian's chromium and Playwright
 #                                    (the real-browser test), jupyter-repo2docker (the Binder check); waits for
-#                                    the ops, which the suite needs
+#                                    the op, which the suite needs
 # Safe to run again: what is already there is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,17 +18,17 @@ build_ops=(env PATH="$PWD/.venv/bin:$PATH" DS_ACCELERATOR=cpu .venv/bin/python s
 log=.venv/build_ops.log
 if [ "${1:-}" != "--grading" ]; then
     if [ -f .venv/build_ops.pid ] && kill -0 "$(cat .venv/build_ops.pid)" 2>/dev/null; then
-        echo "setup: DeepSpeed's CPU ops are still compiling in the background (log: $log)"
+        echo "setup: DeepSpeed's CPU Adam op is still compiling in the background (log: $log)"
     else
         # setsid: its own session, so neither closing the terminal nor Ctrl+C in JupyterLab stops the compile
         setsid "${build_ops[@]}" >"$log" 2>&1 </dev/null &
         echo $! >.venv/build_ops.pid
-        echo "setup: ready. DeepSpeed's CPU ops, which only lesson 06 and \`zerolab run\` need, compile in the" \
-             "background the first time, 1-8 minutes on 2 cores (log: $log); a run that needs one waits for it."
+        echo "setup: ready. DeepSpeed's CPU Adam op, which only optimizer offload (lesson 06) needs, compiles in the" \
+             "background the first time, 1-7 minutes on 2 cores (log: $log); a run that needs it waits for it."
     fi
     exit 0
 fi
-echo "setup: compiling DeepSpeed's CPU ops once (1-8 minutes on 2 cores the first time; cached afterwards)"
+echo "setup: compiling DeepSpeed's CPU Adam op once (1-7 minutes on 2 cores the first time; cached afterwards)"
 # in the background: the compiler works while the grading extras below download and unpack
 "${build_ops[@]}" &
 ops=$!

@@ -149,3 +149,19 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_line(
         f"suite time: {len(tests)} tests, {wall / 60:.1f} min wall on {workers} worker(s), {total / 60:.1f} min of "
         f"tests (budget: 25 min wall on an idle 2-core machine; per module: python scripts/suite_budget.py)")
+
+
+@pytest.fixture
+def fresh_launcher(monkeypatch):
+    """A warm rank launcher (zerolab.handmade.rank_launcher) that can import tests/rank_probe.py, started by the
+    first job of the test: jobs of kind "rank_probe:FUNCTION" run that probe on the ranks."""
+    from pathlib import Path
+
+    from zerolab.handmade import rank_launcher
+
+    tests = Path(__file__).resolve().parent
+    rank_launcher.shut_down()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])))
+    monkeypatch.chdir(tests.parent)
+    yield
+    rank_launcher.shut_down()

@@ -86,6 +86,20 @@ WRONG = {
     "zero1_first_group_partitioned_only": (ZERO1, lambda: mutate(
         ZERO1, "        for group in self.param_groups:\n", "        for group in self.param_groups[:1]:\n"),
         "only self.param_groups[0] is partitioned"),
+    "zero1_groups_partitioned_together": (ZERO1, lambda: mutate(  # trains right, but not as DeepSpeed shares out
+        ZERO1, 'shares = partition([p.numel() for p in group["params"]], self.world_size)',
+        'together = partition([p.numel() for g in self.param_groups for p in g["params"]], self.world_size)\n'
+        '            mine = range(first, first + len(group["params"]))\n'
+        '            shares = [[(i - first, s, e) for i, s, e in ranges if i in mine] for ranges in together]'),
+        "the parameter groups are partitioned together, as one flat list"),
+    "zero1_ignores_grad_shard": (ZERO1, lambda: mutate(
+        ZERO1, "grad = p.grad.view(-1)[start:end] if p.grad is not None else p.grad_shard",
+        "grad = p.grad.view(-1)[start:end]"),
+        "(how exercise 3 hands gradients over), rank 0 of 2 raised AttributeError"),
+    "zero1_slices_the_grad_shard_again": (ZERO1, lambda: mutate(
+        ZERO1, "grad = p.grad.view(-1)[start:end] if p.grad is not None else p.grad_shard",
+        "grad = (p.grad if p.grad is not None else p.grad_shard).view(-1)[start:end]"),
+        "use its .grad_shard as it is"),
     "zero1_coupled_l2_decay": (ZERO1, lambda: mutate(
         ZERO1, "mine.mul_(1 - lr * decay)", "grad = grad + decay * mine  # Adam's L2 decay"),
         "coupled"),

@@ -33,12 +33,12 @@ def orphaned(command_part):
 
 
 def ranks_left():
-    """This process's children and theirs, apart from its warm rank launcher (zerolab.handmade.rank_launcher), which
-    waits for the next job by design: what a finished run must not leave."""
-    from zerolab.handmade.rank_launcher import warm_pid
+    """This process's children and theirs, apart from its warm servers (zerolab.run.warm: lesson 08's rank launcher,
+    the server of CPU runs), which wait for the next job by design: what a finished run must not leave."""
+    from zerolab.run.warm import warm_pids
 
-    warm = warm_pid()
-    return [child for child in psutil.Process().children(recursive=True) if child.pid != warm]
+    warm = warm_pids()
+    return [child for child in psutil.Process().children(recursive=True) if child.pid not in warm]
 
 
 def cpu_seconds():

@@ -8,3 +8,43 @@ def where(job, namespace):
     launcher = psutil.Process(os.getppid())
     return {"launcher": launcher.pid, "launcher_parent": launcher.ppid(), "cwd": os.getcwd(),
             "probe": os.environ.get("ZEROLAB_PROBE"), "rank": os.environ["RANK"]}
+
+
+def deepspeed_collectives(job, namespace):
+    """Two steps of two micro-steps of DeepSpeed training at ZeRO stage job["stage"], the shm comm op skipped as the
+    course's runs skip it: whether DeepSpeed offered the op and built it, and the calls of each method of its
+    comm backend."""
+    import deepspeed
+    import deepspeed.comm.comm as comm
+    import deepspeed.ops
+    from deepspeed.comm.torch import TorchBackend
+
+    from zerolab.handmade import model as fixed
+    from zerolab.run.op_cache import skip_shm_comm_op
+
+    offered = deepspeed.ops.__compatible_ops__.get("deepspeed_shm_comm", False)
+    calls = {}
+    for name, method in vars(TorchBackend).items():
+        if callable(method) and not name.startswith("_"):
+            setattr(TorchBackend, name, _counted(name, method, calls))
+    skip_shm_comm_op()
+    net = fixed.build()
+    config = {"train_micro_batch_size_per_gpu": fixed.GLOBAL_BATCH // 4, "gradient_accumulation_steps": 2,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+              "zero_optimization": {"stage": job["stage"]}}
+    engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+    mine, micro = fixed.rows(int(os.environ["RANK"]), 2), fixed.GLOBAL_BATCH // 4
+    for step in range(2):
+        inputs, targets = (rows[mine] for rows in fixed.batch(step))
+        for first in (0, micro):
+            engine.backward(fixed.loss(engine, inputs[first:first + micro], targets[first:first + micro]))
+            engine.step()
+    return {"offered": offered, "built": comm.cdb.shm_comm_op is not None, "calls": calls,
+            "steps": engine.global_steps}
+
+
+def _counted(name, method, calls):
+    def counting(*args, **kwargs):
+        calls[name] = calls.get(name, 0) + 1
+        return method(*args, **kwargs)
+    return counting

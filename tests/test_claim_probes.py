@@ -72,3 +72,17 @@ def test_deepspeeds_default_pinning_goes_through_torchs_power_of_two_allocator(m
     for threshold in thresholds:
         assert re.search(rf"size_t {threshold}_\{{std::numeric_limits<size_t>::max\(\)\}}", config), \
             f"{threshold} no longer defaults to the largest size_t: small buffers only are rounded"
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_training_never_calls_inference_all_reduce_the_only_user_of_the_shm_op(fresh_launcher, stage):
+    """Claim deepspeed-shm-op-only-for-inference (lesson 06, section 4), on 2 CPU ranks: DeepSpeed's CPU accelerator
+    offers its shared-memory comm op (and builds it when distributed starts unless told not to), yet two steps of
+    ZeRO training with gradient accumulation call every collective they need through the comm backend and never
+    inference_all_reduce, the one method that uses the op; told not to, DeepSpeed leaves it unbuilt."""
+    from zerolab.handmade import harness
+
+    for result in harness.run({"kind": "rank_probe:deepspeed_collectives", "stage": stage}, 2, progress=False):
+        assert result["offered"] and not result["built"] and result["steps"] == 2, result
+        assert "inference_all_reduce" not in result["calls"], result["calls"]
+        assert result["calls"].get("all_reduce", 0) + result["calls"].get("reduce_scatter_tensor", 0) > 0, result

@@ -35,7 +35,7 @@ def test_owned_indices_that_start_again_in_each_group_are_named():
     # two groups [4] and [6] on 2 ranks (shares of 2 and 4, pads 4 and 8): rank 0 numbers the second group's
     # parameter 0 again, so it lists parameter 0's first elements twice
     owned = [[(0, 0, 2), (0, 0, 4)], [(0, 2, 4), (1, 4, 6)]]
-    assert "param_index counts the parameters of all groups in order" in verdict._ownership_problem(owned, [4, 6])
+    assert "param_index counts the parameters of all groups in order" in verdict.ownership_problem(owned, [4, 6])
 
 
 def test_padding_to_a_multiple_of_n_instead_of_2n_is_named():
@@ -233,3 +233,71 @@ def test_a_port_lost_to_another_process_is_seen_in_a_ranks_error_file(tmp_path):
     assert _port_taken(tmp_path, 2, "rank 0 of 2: started")
     (tmp_path / "rank0.error.json").write_text(json.dumps({"type": "ValueError", "message": "shapes differ"}))
     assert not _port_taken(tmp_path, 2, "rank 0 of 2: started")
+
+
+def _adamw_full_batch(hyper, steps, loss_scale, clip=None):
+    """torch.optim.AdamW on the full batch, the loss times loss_scale, the gradients clipped by torch's
+    clip_grad_norm_ when ``clip`` is given: written here from torch alone, not from the course's reference."""
+    import torch
+
+    net = fixed.build()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=hyper["lr"], betas=tuple(hyper["betas"]), eps=hyper["eps"],
+                                  weight_decay=hyper["weight_decay"])
+    for step in range(steps):
+        optimizer.zero_grad()
+        (fixed.loss(net, *fixed.batch(step)) * loss_scale).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+        optimizer.step()
+    return fixed.flat(net)
+
+
+@pytest.mark.slow
+def test_deepspeed_clips_the_gradient_norm_to_1_unless_the_config_turns_it_off():
+    """Claim deepspeed-clips-gradients-by-default, on 2 ranks: with large gradients (the loss scaled as ex4's test
+    scales it) a config without gradient_clipping trains like AdamW clipped to norm 1.0, and gradient_clipping 0
+    like AdamW alone; the two depart from each other by more than ten times the tolerance."""
+    config = {"train_micro_batch_size_per_gpu": fixed.GLOBAL_BATCH // 2,
+              "optimizer": {"type": "AdamW", "params": dict(grade.DEFAULT_HYPER, torch_adam=True)},
+              "zero_optimization": {"stage": 1}}
+    scale, steps = fixed.DEEPSPEED_LOSS_SCALE, 3
+    plain = _adamw_full_batch(grade.DEFAULT_HYPER, steps, scale)
+    clipped = _adamw_full_batch(grade.DEFAULT_HYPER, steps, scale, clip=1.0)
+    assert verdict._max_gap(plain, clipped) > 10 * verdict.DEEPSPEED_ATOL
+    for extra, want in (({}, clipped), ({"gradient_clipping": 0}, plain)):
+        results = harness.run({"kind": "deepspeed", "config": dict(config, **extra), "steps": steps,
+                               "loss_scale": scale}, 2, timeout=120)
+        assert verdict._max_gap(results[0]["params"], want) < verdict.DEEPSPEED_ATOL, extra
+    assert not ranks_left(), "a rank outlived its run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra, fragment", [
+    ({}, "your config leaves gradient_clipping out, and DeepSpeed 0.19.8 then clips the global gradient norm to 1.0"),
+    ({"gradient_clipping": 5.0}, "your config sets gradient_clipping=5.0"),
+    ({"gradient_clipping": 0.0}, None),
+])
+def test_exercise_4_names_the_clipping_that_departs_from_adamw(extra, fragment):
+    def stage1_config(hyper, global_batch, world_size):
+        return {"train_micro_batch_size_per_gpu": global_batch // world_size, "zero_optimization": {"stage": 1},
+                "optimizer": {"type": "AdamW", "params": dict(hyper, torch_adam=True)}, **extra}
+
+    if fragment is None:
+        grade.deepspeed_stage1(stage1_config, ranks=2)
+    else:
+        with pytest.raises(AssertionError, match=fragment.replace(".", r"\.")):
+            grade.deepspeed_stage1(stage1_config, ranks=2)
+
+
+@pytest.mark.parametrize("key", ["Gradient_accumulation_steps", "gradient_clip"])
+def test_exercise_4_refuses_a_misspelt_key_before_training(key):
+    """DeepSpeed ignores a top-level key it does not read (a misspelt gradient_accumulation_steps trains with the
+    default 1, so the run alone cannot tell): the config is refused, naming the key, before any rank starts."""
+    def stage1_config(hyper, global_batch, world_size):
+        return {"train_micro_batch_size_per_gpu": global_batch // world_size, "zero_optimization": {"stage": 1},
+                "optimizer": {"type": "AdamW", "params": dict(hyper, torch_adam=True)}, "gradient_clipping": 0.0,
+                key: 1}
+
+    with pytest.raises(AssertionError, match=f"your config has the key '{key}': DeepSpeed does not read this key"):
+        grade.deepspeed_stage1(stage1_config, ranks=2)
+    assert not ranks_left()

@@ -100,3 +100,26 @@ def test_the_learners_cell_runs_and_the_courses_stands_in_when_it_fails():
             assert rank_result["ZeRO-3 (hand)"]["who"] == who
             assert _gap(rank_result["ZeRO-3 (hand)"]["losses"], deep.reference_losses(compare.DEFAULT_HYPER, 2)) < ATOL
     assert not ranks_left(), "a rank outlived its run"
+
+
+def test_a_zero1_keeping_its_moments_outside_optimizer_state_shows_the_same_adam_bytes():
+    """Exercise 2 lets the moments live anywhere; the side-by-side counts what the optimizer holds, not
+    optimizer.state alone (it showed 0 for such a ZeRO-1). Its kept communication buffers are not moments."""
+    from handmade_cases import ZERO1, mutate, solution_cell
+    from zerolab.handmade import harness
+
+    elsewhere = mutate(ZERO1, "state = self.state[p]",
+                       'state = self.__dict__.setdefault("moments", {}).setdefault((index, start), {})')
+    kept_buffers = mutate(ZERO1, "outgoing = torch.zeros(size)",
+                          'outgoing = self.__dict__.setdefault("out", {}).setdefault(size, torch.zeros(size))')
+    held = {}
+    for name, cell in (("solution", solution_cell(ZERO1)), ("elsewhere", elsewhere), ("kept", kept_buffers)):
+        job = {"kind": "zerolab.handmade.compare:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
+               "systems": ["ZeRO-1 (hand)"], "cells": {"ZeRO-1 (hand)": cell}}
+        results = harness.run(job, RANKS)
+        assert all(r["ZeRO-1 (hand)"]["who"] == "yours" for r in results), name
+        held[name] = [r["ZeRO-1 (hand)"]["optimizer_bytes"] for r in results]
+    psi = sum(p.numel() for p in deep.build().parameters())
+    assert all(8 * psi / RANKS - 64 <= b <= 8 * psi / RANKS + 64 for b in held["solution"]), held  # m and v: 1/N
+    assert held["elsewhere"] == held["kept"] == held["solution"], held
+    assert not ranks_left(), "a rank outlived its run"

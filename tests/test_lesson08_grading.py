@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from handmade_cases import PARTITION, WRONG, ZERO1
+from handmade_cases import PARTITION, WRONG, ZERO1, solution_cell
 from leftovers import grading_processes_left, orphaned
 from zerolab.grading.answers import with_answers
 
@@ -32,8 +32,11 @@ CONFIG = "ex4_stage1_config"
 DERIVED_MICRO_BATCH = '''def stage1_config(hyper, global_batch, world_size):
     return {"train_batch_size": global_batch, "gradient_accumulation_steps": 2,
             "optimizer": {"type": "AdamW", "params": dict(hyper, torch_adam=True)},
-            "zero_optimization": {"stage": 1}}
+            "zero_optimization": {"stage": 1}, "gradient_clipping": 0}
 '''
+
+# the solution's config without its gradient_clipping: DeepSpeed 0.19.8 then clips at 1.0, AdamW alone never does
+CLIPPED_CONFIG = "\n".join(line for line in solution_cell(CONFIG).splitlines() if "gradient_clipping" not in line)
 
 
 def zerolab_grade(course, *args):
@@ -54,7 +57,8 @@ def graded(tmp_path_factory):
     # The wrong answers go into the release, the other exercises left unanswered: those fail at once ("not
     # answered yet") instead of training on ranks again. That an exercise's points do not depend on the others is
     # tests/test_nbgrader_roundtrip.py's check.
-    wraps = with_answers(release, {ZERO1: WRONG["zero1_calls_zero_redundancy_optimizer"][1]()})
+    wraps = with_answers(release, {ZERO1: WRONG["zero1_calls_zero_redundancy_optimizer"][1](),
+                                   CONFIG: CLIPPED_CONFIG})
     mixed = with_answers(release, {PARTITION: WRONG["partition_imports_the_reference"][1](),  # two wrong answers
                                    ZERO1: WRONG["zero1_moments_kept_on_the_parameters"][1](),  # that lose their
                                    CONFIG: DERIVED_MICRO_BATCH})  # points, and a right one
@@ -95,11 +99,12 @@ def test_the_chinese_edition_is_graded_like_the_english(graded):
     assert set(scores(course, "zh_untouched").values()) == {0.0}, rows["zh_untouched"]
 
 
-def test_wrapping_zero_redundancy_optimizer_scores_zero_on_that_exercise_with_a_message(graded):
+def test_wrapping_zero_redundancy_optimizer_and_a_clipping_config_score_zero_with_their_messages(graded):
     course, _, _ = graded
     assert set(scores(course, "wraps_zero_redundancy").values()) == {0.0}
     outputs = json.dumps([c.get("outputs", []) for c in _autograded(course, "wraps_zero_redundancy")["cells"]])
     assert "uses torch&#x27;s ZeroRedundancyOptimizer" in outputs or "uses torch's ZeroRedundancyOptimizer" in outputs
+    assert "your config leaves gradient_clipping out, and DeepSpeed 0.19.8 then clips" in outputs
 
 
 def test_reference_imports_and_hidden_moments_lose_their_points_and_a_derived_micro_batch_keeps_them(graded):

@@ -36,4 +36,4 @@ def test_lesson09_leaves_no_file_and_no_process(tmp_path, tmp_path_factory, monk
     assert "DP world size of 2 but the current world size is 3" in outputs
     left = [name for name in os.listdir(scratch) if name.startswith("zerolab-")]
     assert left == [], f"lesson 09 left these behind in its temporary folder: {left}"
-    assert orphaned("zerolab.ckpt.worker") == []
+    assert orphaned("zerolab.ckpt.worker") == [] and orphaned("zerolab.run.warm_ranks") == []  # cold or forked

@@ -1,7 +1,7 @@
 """DeepSpeed's ops as a student meets them: a run that needs an op still compiling (scripts/setup.sh builds them in
 the background) waits with a ticking line, and the line at the end tells "compiled now" from "loaded from the cache".
 
-The cache states are read from a real torch extensions folder: the cached case from the ops setup.sh compiled, the
+The cache states are read from a real torch extensions folder: the cached case from the op setup.sh compiled, the
 building case from a lock taken with torch's own FileBaton, as a build in another process takes it.
 """
 import io
@@ -24,7 +24,7 @@ def lines(progress):
 def test_a_cached_op_loads_from_the_cache_and_is_not_called_compiled():
     probe = ("import os, time\nos.environ['DS_ACCELERATOR'] = 'cpu'\n"
              "from deepspeed.accelerator import get_accelerator\nfrom zerolab.run import op_cache\n"
-             "builder = get_accelerator().create_op_builder('ShareMemCommBuilder')\n"
+             "builder = get_accelerator().create_op_builder('CPUAdamBuilder')\n"
              "state, started = op_cache.state(builder.NAME), time.time()\nbuilder.load(verbose=False)\n"
              "print(state['cached'], state['building_since'], op_cache.compiled_after(builder.NAME, started))\n")
     for _ in range(2):  # the first may wait for, or do, a build; the second loads what is cached now

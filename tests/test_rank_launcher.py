@@ -8,23 +8,12 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from leftovers import ranks_left
 from zerolab.handmade import harness, rank_launcher
 
 TESTS = Path(__file__).resolve().parent
 PROBE = {"kind": "rank_probe:where"}
-
-
-@pytest.fixture
-def fresh_launcher(monkeypatch):
-    """A warm launcher that can import tests/rank_probe.py, started by the first job of the test."""
-    rank_launcher.shut_down()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
-    monkeypatch.chdir(TESTS.parent)
-    yield
-    rank_launcher.shut_down()
 
 
 def test_jobs_fork_their_ranks_from_one_warm_launcher_and_leave_no_rank(fresh_launcher):

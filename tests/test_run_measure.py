@@ -24,14 +24,17 @@ CONFIGS = {  # name: (stage, offload_optimizer, offload_param)
 
 class Watch:
     """Progress callbacks that remember every process the run started (ranks and whatever they spawn). Processes
-    this one had started before the run are not the run's: a warm rank launcher that an earlier module on the same
-    pytest worker left waiting for lesson 08's next job (zerolab.handmade.rank_launcher) stays, by design."""
+    this one had started before the run are not the run's, and neither are its warm servers (zerolab.run.warm: the
+    one that forks CPU ranks, lesson 08's rank launcher), which wait for the next run by design."""
 
     def __init__(self):
         self.pids, self.before = set(), {child.pid for child in psutil.Process().children(recursive=True)}
 
     def look(self):
+        from zerolab.run import warm
+
         self.pids |= {child.pid for child in psutil.Process().children(recursive=True)} - self.before
+        self.pids -= warm.warm_pids()
 
     def on_event(self, event):
         self.look()

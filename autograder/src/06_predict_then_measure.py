@@ -268,19 +268,27 @@ for _params in (123_456_789, 70_000_000_000):
 # `deepspeed.initialize` for a few steps, and reads from each rank's engine what it really holds. Every rank is
 # stopped at the end, also when one fails or you interrupt the kernel.
 #
-# The runs use two compiled DeepSpeed ops, its shared-memory communication op and CPU Adam (for optimizer
-# offload). `bash scripts/setup.sh` compiles them once (1-3 minutes each on 2 cores) and caches them in the
-# virtual environment's own folder, `.venv/torch_extensions`; where they are not built yet (Colab, ModelScope,
-# `~/.cache/torch_extensions` there) the first run compiles them and
-# its progress line shows the time so far. Each run prints its configuration first. These cells skip themselves
-# while nbgrader grades.
+# The offloaded run uses one compiled DeepSpeed op, CPU Adam (the optimizer step on the host). `bash
+# scripts/setup.sh` compiles it once (1-7 minutes on 2 cores) and caches it in the virtual environment's own
+# folder, `.venv/torch_extensions`; where it is not built yet (Colab, ModelScope, `~/.cache/torch_extensions`
+# there) the first offloaded run compiles it and its progress line shows the time so far. Each run prints its
+# configuration first. These cells skip themselves while nbgrader grades.
 
-# %% [markdown] lang="zh" en="3c53d62793c9"
+# %% [markdown] lang="zh" en="3d8e459acec2"
 # ## 4. 实测
 #
 # `run_in_notebook` 为每个 rank 启动一个进程（它自己设置 `RANK`、`WORLD_SIZE`、`MASTER_ADDR`、`MASTER_PORT` 并挑一个空闲端口，所以不需要 `deepspeed` 启动器），用 `deepspeed.initialize` 把这个小 GPT 训练几步，然后从每个 rank 的引擎中读出它实际持有什么。结束时所有 rank 都会被停掉，即使某个 rank 失败或你中断了 kernel 也一样。
 #
-# 这些运行要用到 DeepSpeed 的两个编译好的算子：共享内存通信算子和 CPU Adam（用于优化器卸载）。`bash scripts/setup.sh` 会把它们各编译一次（在 2 核上每个 1-3 分钟），并缓存到虚拟环境自己的文件夹 `.venv/torch_extensions`；在还没编译过的地方（Colab、ModelScope，那里缓存在 `~/.cache/torch_extensions`），第一次运行时会编译它们，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。
+# 卸载优化器的那次运行要用到 DeepSpeed 的一个编译好的算子：CPU Adam（在主机上做优化器的那一步）。`bash scripts/setup.sh` 会把它编译一次（在 2 核上 1-7 分钟），并缓存到虚拟环境自己的文件夹 `.venv/torch_extensions`；在还没编译过的地方（Colab、ModelScope，那里缓存在 `~/.cache/torch_extensions`），第一次卸载运行时会编译它，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。
+
+# %% [markdown]
+# DeepSpeed's CPU accelerator would also compile a shared-memory op when distributed starts. Only
+# `inference_all_reduce` (tensor-parallel inference) calls it; ZeRO training never does, so these runs skip it.
+# <!-- claim: deepspeed-shm-op-only-for-inference -->
+
+# %% [markdown] lang="zh" en="7534ecfe461d"
+# DeepSpeed 的 CPU 加速器在分布式启动时还会编译一个共享内存算子。只有 `inference_all_reduce`（张量并行推理）会调用它，ZeRO 训练从不调用，所以这些运行跳过了它。
+# <!-- claim: deepspeed-shm-op-only-for-inference -->
 
 # %%
 SETUPS = [(1, "none", "none"), (3, "none", "none"), (2, "cpu", "none")]  # add (3, "cpu", "cpu") and others

@@ -161,20 +161,21 @@ _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3),
 #
 # How it is tested: each rank runs this cell (after `import math, torch` and `import torch.distributed as dist`, with
 # a correct `partition` provided, so this exercise does not depend on exercise 1); keep everything the class needs in
-# the cell. Each rank then trains the model a few steps with `zero_grad()`, `backward()`, `step()`. The tests check
-# that ranks agree on who owns what; that all ranks end with the same parameters and that these match
-# `torch.optim.AdamW` on the full batch in one process (hidden: with two parameter groups); and what each rank keeps
-# in memory: every tensor alive in the rank after a step is counted, wherever it is kept, each storage once. Apart
+# the cell. Each rank then trains the model a few steps with `zero_grad()`, `backward()`, `step()`, its parameters in
+# two groups (weights with weight decay, biases without). The tests check that ranks agree on who owns what and that
+# each group was partitioned on its own; that all ranks end with the same parameters and that these match
+# `torch.optim.AdamW` on the full batch in one process, also when the gradients arrive as `.grad_shard`; and what
+# each rank keeps in memory: every tensor alive in the rank after a step is counted, wherever it is kept, each storage once. Apart
 # from the parameters, their gradients and the buffers you pass to collectives (reported on their own line), a rank
 # may keep 1/N of AdamW's optimizer state (plus padding and step counters). Calling DeepSpeed,
 # `ZeroRedundancyOptimizer` or the course's own optimizer (`zerolab.handmade`) scores 0.
 
-# %% [markdown] lang="zh" en="b75ec774d6f9"
+# %% [markdown] lang="zh" en="a210d8b1e60b"
 # ### 练习 2：`ShardedAdamW`
 #
 # 为默认进程组（`dist.get_rank()`、`dist.get_world_size()`）编写下面这个类。要照顾到每一个参数组：`self.param_groups` 可能有好几个组（常见的一对：带权重衰减的权重、不带权重衰减的偏置），每个组有自己的 `lr`、`betas`、`eps` 和 `weight_decay`。像 DeepSpeed 那样，每个组单独切分（展平、填充、分片）。把本 rank 在所有组中的区间保存在 `self.owned` 中，其中 `param_index` 按顺序对所有组的参数统一编号：测试会读取它。`zero_grad()` 把梯度设为 None。为练习 3 做准备：如果某个参数没有 `.grad`，但有 `.grad_shard`（一个一维张量：该参数中属于本 rank 的区间、已经平均过的梯度），就改用它。
 #
-# 测试方式：每个 rank 都运行这个单元格（在此之前已执行 `import math, torch` 和 `import torch.distributed as dist`，并提供一个正确的 `partition`，所以本练习不依赖练习 1）；类需要的一切都要写在这个单元格里。然后每个 rank 用 `zero_grad()`、`backward()`、`step()` 把模型训练几步。测试检查：各 rank 对谁拥有什么的看法一致；所有 rank 最终的参数相同，并且与单进程在完整 batch 上运行 `torch.optim.AdamW` 的结果一致（隐藏测试：使用两个参数组）；以及每个 rank 在内存里保留了什么：一步之后 rank 中所有存活的张量都会被统计，不管保存在哪里，每块存储只算一次。除了参数、参数的梯度和你传给集合通信的缓冲区（单独列为一行），一个 rank 最多只能保留 AdamW 优化器状态的 1/N（加上填充和步数计数器）。调用 DeepSpeed、`ZeroRedundancyOptimizer` 或课程自己的优化器（`zerolab.handmade`）得 0 分。
+# 测试方式：每个 rank 都运行这个单元格（在此之前已执行 `import math, torch` 和 `import torch.distributed as dist`，并提供一个正确的 `partition`，所以本练习不依赖练习 1）；类需要的一切都要写在这个单元格里。然后每个 rank 用 `zero_grad()`、`backward()`、`step()` 把模型训练几步，参数分成两组（带权重衰减的权重、不带权重衰减的偏置）。测试检查：各 rank 对谁拥有什么的看法一致，并且每个组是单独切分的；所有 rank 最终的参数相同，并且与单进程在完整 batch 上运行 `torch.optim.AdamW` 的结果一致，梯度以 `.grad_shard` 的形式给出时也一样；以及每个 rank 在内存里保留了什么：一步之后 rank 中所有存活的张量都会被统计，不管保存在哪里，每块存储只算一次。除了参数、参数的梯度和你传给集合通信的缓冲区（单独列为一行），一个 rank 最多只能保留 AdamW 优化器状态的 1/N（加上填充和步数计数器）。调用 DeepSpeed、`ZeroRedundancyOptimizer` 或课程自己的优化器（`zerolab.handmade`）得 0 分。
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_sharded_adamw", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class ShardedAdamW(torch.optim.Optimizer):
@@ -477,17 +478,19 @@ else:
 #
 # Return the ds_config (a plain dict) for that run. `hyper` has the keys `lr`, `betas`, `eps`, `weight_decay`. The
 # test trains DeepSpeed with it on 2 ranks and compares its parameters after a few steps with `torch.optim.AdamW` on
-# the full batch; hidden tests use other hyper-parameters and world sizes. The course's own configs
-# (`zerolab.handmade`, `zerolab.config.reference`) are off limits in this cell: write the dict yourself.
+# the full batch, with the loss scaled up so that the gradients are large: DeepSpeed must still take exactly AdamW's
+# steps, so think of what DeepSpeed does by default that AdamW alone does not. Hidden tests use other
+# hyper-parameters and world sizes. The course's own configs (`zerolab.handmade`, `zerolab.config.reference`)
+# are off limits in this cell: write the dict yourself.
 
-# %% [markdown] lang="zh" en="7e8db2ed4043"
+# %% [markdown] lang="zh" en="39efac676850"
 # ## 4. 你的 ZeRO-1 对比 DeepSpeed 的
 #
 # DeepSpeed stage 1 做的事和你的 `ShardedAdamW` 一样。要比较两者，DeepSpeed 必须用相同的优化器、超参数和 batch 训练：torch 的 AdamW（在优化器的 params 中设 `"torch_adam": true`；不设的话，DeepSpeed 会编译并使用它自己的 fused Adam）、fp32，并且每个优化器步都在整个全局 batch 上训练。`train_batch_size`、`train_micro_batch_size_per_gpu` 和 `gradient_accumulation_steps` 中你没有给出的，DeepSpeed 会自己推导；切成任意等大的微批次（micro-batch）训练结果都相同，测试会用 DeepSpeed 自己的配置解析来确定你的配置是什么意思。
 #
 # ### 练习 4：`stage1_config(hyper, global_batch, world_size)`
 #
-# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较；隐藏测试会用其他超参数和总进程数。课程自带的配置（`zerolab.handmade`、`zerolab.config.reference`）在这个单元格里不能使用：请自己写出这个字典。
+# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较，损失会被放大，让梯度变得很大：DeepSpeed 仍然必须与 AdamW 走完全相同的每一步，所以想一想 DeepSpeed 默认会做、而单独的 AdamW 不做的事。隐藏测试会用其他超参数和总进程数。课程自带的配置（`zerolab.handmade`、`zerolab.config.reference`）在这个单元格里不能使用：请自己写出这个字典。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_stage1_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def stage1_config(hyper, global_batch, world_size):
@@ -499,6 +502,7 @@ def stage1_config(hyper, global_batch, world_size):
         "optimizer": {"type": "AdamW", "params": {"lr": hyper["lr"], "betas": list(hyper["betas"]), "eps": hyper["eps"],
                                                   "weight_decay": hyper["weight_decay"], "torch_adam": True}},
         "zero_optimization": {"stage": 1},
+        "gradient_clipping": 0.0,  # DeepSpeed clips the gradient norm to 1.0 unless told otherwise; AdamW never does
     }
     ### END SOLUTION
 
@@ -525,6 +529,16 @@ for _hyper, _world in (({"lr": 3e-4, "betas": [0.85, 0.95], "eps": 1e-6, "weight
         assert _math.isclose(_params.get(_key, -1), _hyper[_key]), f"optimizer.params.{_key} does not follow hyper"
     assert [float(b) for b in _params.get("betas", [])] == _hyper["betas"], "optimizer.params.betas does not follow hyper"
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# DeepSpeed's steps are AdamW's only with its gradient clipping off: DeepSpeed 0.19.8 clips the gradients' global
+# norm to 1.0 before each step when a config leaves `gradient_clipping` out (0 turns it off). Small gradients hide
+# it, which is why the test scales the loss up.
+# <!-- claim: deepspeed-clips-gradients-by-default -->
+
+# %% [markdown] lang="zh" en="73605dcad38c"
+# 只有关掉梯度裁剪，DeepSpeed 走的每一步才和 AdamW 一样：配置中没有写 `gradient_clipping` 时，DeepSpeed 0.19.8 会在每一步之前把梯度的全局范数裁剪到 1.0（设为 0 即关闭）。梯度很小时看不出这一点，所以测试把损失放大了。
+# <!-- claim: deepspeed-clips-gradients-by-default -->
 
 # %% [markdown]
 # DeepSpeed matched AdamW to within the tolerance below. Now both optimizers run **in the same two ranks**: your

@@ -35,7 +35,9 @@ def run_job(job, rank):
     import deepspeed
 
     from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch
+    from zerolab.run.op_cache import skip_shm_comm_op
 
+    skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend="gloo")
     spec = ModelSpec(**job["model"])
     torch.manual_seed(0)

@@ -5,8 +5,7 @@
 A per-file limit (RLIMIT_FSIZE) does not stop ten thousand files. So the kernel launcher starts this helper in a
 mount namespace of its own: it mounts a tmpfs of `size` bytes (and one inode per 4 KiB of it, as a disk block
 would cost, so empty files and folders run out too) over the kernel's scratch folder, copies the submission's
-files (not its notebooks) into `work/`, the connection file and the grading machine's built JIT ops (`ops`, see
-sandbox.built_ops) into `tmp/`, and execs bubblewrap, which binds
+files (not its notebooks) into `work/` and the connection file into `tmp/`, and execs bubblewrap, which binds
 `work/` at the submission's path and `tmp/` at /tmp. Past the cap every write fails with "No space left on
 device" and the cell errors. The mount is seen by no one else and goes away with the kernel's last process.
 """
@@ -16,8 +15,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-from zerolab.grading.sandbox import TORCH_EXTENSIONS_DIR
 
 BYTES_PER_INODE = 4096
 
@@ -49,9 +46,6 @@ def main(argv):
     shutil.copytree(spec["workdir"], work, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb"))
     tmp.mkdir()
     shutil.copy(spec["connection_file"], tmp / "kernel.json")
-    for op in spec.get("ops", []):  # with their mtimes, so torch's ninja finds them up to date and builds nothing
-        shutil.copytree(op, tmp / Path(TORCH_EXTENSIONS_DIR).relative_to("/tmp") / Path(op).name,
-                        ignore=shutil.ignore_patterns("lock"))
     for root, dirs, files in os.walk(top):
         for name in dirs + files:
             os.lchown(os.path.join(root, name), uid, uid)

@@ -39,8 +39,7 @@ def main(argv):
                                 scratch=scratch / "tmp", ipc_dir=policy["ipc_dir"],
                                 read_only=[Path(p) for p in policy["read_only"]])
         argv = diskcap.command({"mount": str(scratch), "size": policy["disk_limit"], "uid": uid,
-                                "workdir": str(workdir), "connection_file": connection_file,
-                                "ops": policy.get("ops", [])}, inner)
+                                "workdir": str(workdir), "connection_file": connection_file}, inner)
     else:
         shutil.copy(connection_file, scratch / "kernel.json")
         argv = [sys.executable, "-c", KERNEL_MAIN, "-f", str(scratch / "kernel.json"), *extra]

@@ -16,7 +16,8 @@ from zerolab import i18n
 from zerolab.grading.uids import BASE_UID  # noqa: F401 (grading uids: see uids.allocate)
 SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "DS_ACCELERATOR", "MPLBACKEND", "OMP_NUM_THREADS")
-# The kernel's torch extensions cache, in its private /tmp; diskcap seeds it with this machine's built ops.
+# The kernel's torch extensions cache, in its private /tmp (the course's runs need no op compiled there: DeepSpeed's
+# shm comm op is skipped, zerolab.run.op_cache.skip_shm_comm_op, and graded cells do not offload the optimizer).
 TORCH_EXTENSIONS_DIR = "/tmp/torch_extensions"
 
 
@@ -63,21 +64,6 @@ def python_paths(exclude):
             continue  # already there
         keep.add(path)
     return sorted(keep)
-
-
-# The ops copied: DeepSpeed's shm comm op (1 MB), which every CPU rank builds when distributed starts. CPU Adam
-# (50 MB, only with optimizer offload) would take most of a small disk cap (the hostile corpus grades with 64 MiB).
-SEEDED_OPS = ("deepspeed_shm_comm",)
-
-
-def built_ops(names=SEEDED_OPS):
-    """Folders of the JIT ops among `names` this machine has compiled, in its torch extensions cache. Each sandboxed
-    kernel gets a copy: its cache would be empty, and every graded notebook that starts CPU ranks would compile
-    DeepSpeed's shm comm op again, a minute or more on 2 cores (minutes when loaded), inside the per-cell cap."""
-    from zerolab.run.op_cache import build_directory
-
-    folders = [Path(build_directory(name)) for name in names]
-    return [str(op) for op in folders if (op / f"{op.name}.so").is_file() and not (op / "lock").exists()]
 
 
 def _overlaps(a, b):

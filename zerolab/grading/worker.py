@@ -70,7 +70,7 @@ class Worker:
         policy = {"mode": self.mode, "uid": self.uid, "ipc_dir": str(ipc), "scratch_root": str(scratch),
                   "state_file": str(self.state_file), "memory_limit": self.limits.memory_limit,
                   "notebook_timeout": self.limits.notebook_timeout, "max_processes": self.limits.max_processes,
-                  "disk_limit": self.limits.disk_limit, "ops": sandbox.built_ops() if self.mode == "sandbox" else [],
+                  "disk_limit": self.limits.disk_limit,
                   "read_only": [str(p) for p in sandbox.python_paths(exclude=[self.course.root, self.home])]}
         (self.home / "policy.json").write_text(json.dumps(policy))
         spec = self.home / "kernels" / "kernels" / KERNEL_NAME

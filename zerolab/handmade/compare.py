@@ -22,6 +22,7 @@ import os
 
 import torch
 
+from zerolab.handmade import live
 from zerolab.handmade import zero3_model as deep
 
 SYSTEMS = ("ZeRO-1 (hand)", "ZeRO-2 (hand)", "ZeRO-3 (hand)", "DeepSpeed stage 1", "DeepSpeed stage 2",
@@ -97,6 +98,8 @@ def _run(system, job, probe, holder):
     first = len(probe.steps)
     losses, grad_bytes = [], 0
     for step in range(steps):
+        if step == steps - 1:
+            live.forget_collectives()  # what goes through a collective from here on is a communication buffer
         trainer.zero_grad()
         inputs, targets = deep.local_batch(step, rank, world_size)
         with probe.step(sample_memory=True):
@@ -177,11 +180,14 @@ class _Hand:
                                                           for p in self.net.parameters()]
 
     def state_bytes(self):
+        """The optimizer's bytes are whatever it holds, in ``optimizer.state`` or in attributes of its own (ex2
+        allows either), but for the parameters, their gradients and buffers that went through a collective in the
+        last step (kept communication buffers, not Adam's moments)."""
         from zerolab.run.measure import union_bytes
 
         params = self.param_tensors()
-        state = [v for s in self.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
-        return {"param_bytes": union_bytes(params), "optimizer_bytes": union_bytes(state, exclude=params),
+        exclude = [params, list(self.grad_tensors()), live.communication_storages()]
+        return {"param_bytes": union_bytes(params), "optimizer_bytes": live.held_by(self.optimizer, exclude),
                 "master_bytes": 0}
 
     def param_tensors(self):
@@ -290,7 +296,7 @@ def deepspeed_config(stage, hyper, world_size, **zero_options):
             "optimizer": {"type": "AdamW", "params": {"lr": hyper["lr"], "betas": list(hyper["betas"]),
                                                       "eps": hyper["eps"], "weight_decay": hyper["weight_decay"],
                                                       "torch_adam": True}},
-            "zero_optimization": zero}
+            "zero_optimization": zero, "gradient_clipping": 0.0}  # DeepSpeed's default, 1.0, is not AdamW's
 
 
 class _DeepSpeed:
@@ -298,9 +304,10 @@ class _DeepSpeed:
 
     def __init__(self, net, hyper, cell, world_size, stage, **zero):
         import deepspeed
-        import deepspeed.ops
 
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # gloo instead of a compiled op
+        from zerolab.run.op_cache import skip_shm_comm_op
+
+        skip_shm_comm_op()
         self.engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(),
                                                     config=deepspeed_config(stage, hyper, world_size, **zero))
         self.stage, self.world_size = stage, world_size

@@ -17,12 +17,12 @@ def groups_of(net):
 
 def run(job, namespace):
     import deepspeed
-    import deepspeed.ops
     import torch
 
     from zerolab.handmade import model as fixed
+    from zerolab.run.op_cache import skip_shm_comm_op
 
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    skip_shm_comm_op()
     net = fixed.build()
     net.small = torch.nn.Parameter(torch.zeros(7))
     groups = groups_of(net)

@@ -23,9 +23,10 @@ def check_partition(partition, cases, cell=None):
             raise AssertionError(problem)
 
 
-def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None, groups=None):
+def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None, groups="no_decay_on_biases"):
     """Train the learner's ShardedAdamW on ``ranks`` gloo ranks; raise what it got wrong. ``groups``: a layout of
-    zerolab.handmade.model.param_groups (model.NO_DECAY_ON_BIASES: weights decayed, biases not)."""
+    zerolab.handmade.model.param_groups (model.NO_DECAY_ON_BIASES, the default: weights decayed, biases not; None:
+    one group)."""
     hyper = dict(hyper or DEFAULT_HYPER)
     results = _run("zero1", name, cell, ranks, hyper=hyper, steps=steps, groups=groups)
     _raise(verdict.zero1_problem(results, hyper, steps, groups))
@@ -89,10 +90,11 @@ def deepspeed_stage1(stage1_config, ranks, hyper=None, steps=4):
     config = plain(stage1_config(dict(hyper), fixed.GLOBAL_BATCH, ranks), "stage1_config(...)")
     _raise(verdict.stage1_config_problem(config) or verdict.batch_problem(config, fixed.GLOBAL_BATCH, ranks))
     try:
-        results = harness.run({"kind": "deepspeed", "config": config, "steps": steps}, ranks, timeout=120)
+        results = harness.run({"kind": "deepspeed", "config": config, "steps": steps,
+                               "loss_scale": fixed.DEEPSPEED_LOSS_SCALE}, ranks, timeout=120)
     except harness.RanksFailed as failure:
         raise AssertionError(f"DeepSpeed did not train with your config: {failure}") from None
-    _raise(verdict.deepspeed_problem(results, hyper, steps))
+    _raise(verdict.deepspeed_problem(results, hyper, steps, config, fixed.DEEPSPEED_LOSS_SCALE))
     return results
 
 

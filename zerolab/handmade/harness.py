@@ -127,7 +127,9 @@ def _failure_message(folder, ranks, logs, job):
         elif error["line"]:
             where = tr(f" at line {error['line']} of your cell")
         said = f": {error['message']}" if error["message"].strip() else tr(" (with no message)")
-        return tr(f"rank {rank} of {ranks} raised {error['type']}{where}") + said
+        message = tr(f"rank {rank} of {ranks} raised {error['type']}{where}") + said
+        context = error.get("context")
+        return f"{tr(context['before'])}, {message}\n{tr(context['after'])}" if context else message
     if waited or not any(errors):
         return (f"the {ranks} ranks waited for each other and never finished (collectives give up after "
                 f"{job['collective_timeout']} s): do all ranks call the same collectives, in the same order, "

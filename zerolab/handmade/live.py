@@ -67,6 +67,31 @@ def _storage_of(tensor):
     return storage if storage.nbytes() and storage.data_ptr() else None
 
 
+def held_by(owner, exclude=(), depth=4):
+    """Bytes of the storages reachable from ``owner`` through its attributes, dicts, lists, tuples and sets (up to
+    ``depth`` levels), each once, leaving out ``exclude`` (tensors, storages, a Baseline or
+    communication_storages()). What an object keeps, wherever in it: an optimizer's moments in ``self.state`` or
+    in attributes of its own are found alike."""
+    found, seen, level = set(), set(), [owner]
+    for _ in range(depth + 1):
+        below = []
+        for value in level:
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if issubclass(type(value), torch.Tensor):
+                found |= _storages(value)
+            elif isinstance(value, dict):
+                below += list(value.keys()) + list(value.values())
+            elif isinstance(value, (list, tuple, set, frozenset)):
+                below += list(value)
+            elif hasattr(value, "__dict__") and not isinstance(value, (type, torch.nn.Module)) \
+                    and not callable(value):
+                below += list(vars(value).values())
+        level = below
+    return sum(nbytes for _, nbytes in found - _storages(exclude))
+
+
 def live_tensors():
     """Every tensor object alive in this process (parameters and views included)."""
     return [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor)]

@@ -10,6 +10,10 @@ IN, HIDDEN, OUT = 16, 61, 23
 GLOBAL_BATCH = 12
 HYPER_KEYS = ("lr", "betas", "eps", "weight_decay")
 NO_DECAY_ON_BIASES = "no_decay_on_biases"  # the usual two groups: weights decayed, biases not
+# Exercise 4 trains DeepSpeed on this multiple of the loss: AdamW's steps are the same (up to eps), and the
+# gradient norm (about 0.5 unscaled) passes any usual gradient_clipping, so a clipping config shows.
+DEEPSPEED_LOSS_SCALE = 100
+GRAD_SHARD_STEPS = 2  # ZeRO-1's steps trained on gradients handed over as .grad_shard (how ZeRO-2 leaves them)
 
 
 def build(seed=0):
@@ -59,12 +63,25 @@ def param_groups(model, layout=None):
     raise ValueError(f"unknown parameter group layout {layout!r}")
 
 
-def group_numels(model, layout=None):
-    """Element counts in the order of the optimizer's groups (how a rank's ``owned`` indices count)."""
+def numels_per_group(model, layout=None):
+    """Element counts of each group's parameters, group by group."""
     groups = param_groups(model, layout)
     if layout is None:
-        return [p.numel() for p in groups]
-    return [p.numel() for group in groups for p in group["params"]]
+        return [[p.numel() for p in groups]]
+    return [[p.numel() for p in group["params"]] for group in groups]
+
+
+def group_numels(model, layout=None):
+    """Element counts in the order of the optimizer's groups (how a rank's ``owned`` indices count)."""
+    return [numel for numels in numels_per_group(model, layout) for numel in numels]
+
+
+def params_in_group_order(model, layout=None):
+    """The parameters in the order of the optimizer's groups (what a rank's ``owned`` param_index points at)."""
+    groups = param_groups(model, layout)
+    if layout is None:
+        return list(groups)
+    return [p for group in groups for p in group["params"]]
 
 
 def reference(hyper, steps, seed=0, grad_scale=1.0, groups=None, optimizer_class=torch.optim.AdamW,
@@ -87,6 +104,11 @@ def reference(hyper, steps, seed=0, grad_scale=1.0, groups=None, optimizer_class
             p.grad.mul_(grad_scale)
         optimizer.step()
     return flat(model)
+
+
+def scaled_loss(scale):
+    """step_loss for reference(): the full batch's loss times ``scale``."""
+    return lambda model, step, seed: loss(model, *batch(step, seed)) * scale
 
 
 def zero_gradient_step(hyper, optimizer_class=torch.optim.AdamW, seed=0):

@@ -31,3 +31,14 @@ def flat_partition(numels, world_size):
             offset += numel
         shares.append(ranges)
     return shares
+
+
+def group_partition(numels_per_group, world_size):
+    """For each rank, its ranges over every parameter group, each group partitioned on its own (flat_partition), as
+    DeepSpeed does; param_index counts the parameters of all groups in order."""
+    shares, first = [[] for _ in range(world_size)], 0
+    for numels in numels_per_group:
+        for rank, ranges in enumerate(flat_partition(numels, world_size)):
+            shares[rank] += [(first + index, start, end) for index, start, end in ranges]
+        first += len(numels)
+    return shares

@@ -7,7 +7,7 @@ import math
 
 from zerolab.handmade import model as fixed
 from zerolab.handmade.live import COMMUNICATION, OTHER
-from zerolab.handmade.partition import share_size
+from zerolab.handmade.partition import flat_partition, group_partition, share_size
 
 # fp32, a handful of steps: all-reducing the ranks' gradients sums in a different order than one process
 # does, which moves a parameter by a few ulps; a real mistake moves it by orders of magnitude more.
@@ -72,7 +72,8 @@ def zero1_problem(results, hyper, steps, groups=None):
     """What the learner's ShardedAdamW did wrong on these ranks, or None. ``groups``: the layout of the parameter
     groups it was given (zerolab.handmade.model.param_groups)."""
     world_size = len(results)
-    problem = _ownership_problem([r["owned"] for r in results], fixed.group_numels(fixed.build(), groups), groups)
+    problem = (ownership_problem([r["owned"] for r in results], fixed.group_numels(fixed.build(), groups), groups)
+               or group_partition_problem([r["owned"] for r in results], groups))
     if problem:
         return problem
     problem = _memory_problem(results)
@@ -91,7 +92,7 @@ def zero1_problem(results, hyper, steps, groups=None):
         return problem
     got, want = results[0]["params"], fixed.reference(hyper, steps, groups=groups)
     if _max_gap(got, want) <= ATOL:
-        return None
+        return _grad_shard_problem(results, hyper, groups)
     if groups is not None and _max_gap(got, fixed.reference(hyper, steps)) <= ATOL:
         return ("the optimizer was given two parameter groups (weights with weight decay, biases without) and "
                 "trained every parameter with the first group's hyper-parameters: each group's lr, betas, eps "
@@ -152,7 +153,7 @@ def _coupled_decay(results):
             and _max_gap(coupled, decoupled) > 100 * COUPLED_ATOL)
 
 
-def _ownership_problem(owned_per_rank, numels, groups=None):
+def ownership_problem(owned_per_rank, numels, groups=None):
     if any(owned is None for owned in owned_per_rank):
         rank = next(r for r, owned in enumerate(owned_per_rank) if owned is None)
         return (f"rank {rank}'s ShardedAdamW has no `owned` list of (param_index, start, end): the tests read which "
@@ -181,6 +182,39 @@ def _ownership_problem(owned_per_rank, numels, groups=None):
                 who = f"ranks {ranks}" if ranks else "no rank"
                 return (f"the ranks disagree on who owns what: element {element} of parameter {index} is owned by "
                         f"{who}; every rank must compute the same owners")
+    return None
+
+
+def group_partition_problem(owned_per_rank, groups):
+    """Ranges that cover every element once but are not each group partitioned on its own (flatten, pad to a
+    multiple of 2N, share out), as the text asks and DeepSpeed does. Compared as sets of elements per rank."""
+    numels_per_group = fixed.numels_per_group(fixed.build(), groups)
+    expected = group_partition(numels_per_group, len(owned_per_rank))
+    if all(_elements(owned) == _elements(want) for owned, want in zip(owned_per_rank, expected)):
+        return None
+    together = flat_partition([n for numels in numels_per_group for n in numels], len(owned_per_rank))
+    if len(numels_per_group) > 1 and all(_elements(o) == _elements(t) for o, t in zip(owned_per_rank, together)):
+        return ("the parameter groups are partitioned together, as one flat list: partition each group on its own "
+                "(flatten it, pad it, share it out), as DeepSpeed does, so that every group's elements are spread "
+                "over all the ranks")
+    rank = next(r for r, (owned, want) in enumerate(zip(owned_per_rank, expected)) if _elements(owned) != _elements(want))
+    return (f"rank {rank} owns other elements than partition gives it: the ranges in `owned` come from partition, "
+            "applied to each group's parameter sizes on its own (flattened, padded to a multiple of 2N, shared "
+            "out in order)")
+
+
+def _elements(owned):
+    return {(index, element) for index, start, end in owned for element in range(start, end)}
+
+
+def _grad_shard_problem(results, hyper, groups):
+    """Exercise 3 hands each rank its averaged gradient as .grad_shard, .grad None: training must not change."""
+    steps = fixed.GRAD_SHARD_STEPS
+    gap = _max_gap(results[0]["grad_shard"]["params"], fixed.reference(hyper, steps, groups=groups))
+    if gap > ATOL:
+        return (f"with each .grad None and the averaged gradient of a rank's elements in .grad_shard (how exercise 3 "
+                f"hands gradients over), {steps} steps differ from AdamW by up to {gap:.2e} (tolerance "
+                f"{ATOL:g}): when a parameter has no .grad, step() must use its .grad_shard")
     return None
 
 
@@ -219,9 +253,21 @@ def _max_gap(a, b):
 DEEPSPEED_ATOL = 1e-5  # DeepSpeed averages gradients in its own order and steps an fp32 master copy
 
 
+def _deepspeed_clipping_default():
+    """(gradient_clipping when a config leaves it out, DeepSpeed's version), from the installed DeepSpeed."""
+    import deepspeed
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    return GRADIENT_CLIPPING_DEFAULT, deepspeed.__version__
+
+
 def stage1_config_problem(config):
+    from zerolab.config.checks import unknown_top_level_keys
+
     if not isinstance(config, dict):
         return "stage1_config(...) should return a dict (a ds_config)"
+    for finding in unknown_top_level_keys(config, None):  # a misspelt key trains with DeepSpeed's default instead
+        return f"your config has the key {finding.path!r}: {finding.message}"
     zero = config.get("zero_optimization") or {}
     if zero.get("stage") != 1:
         return f"zero_optimization.stage is {zero.get('stage')!r}; this exercise compares with ZeRO-1"
@@ -253,12 +299,27 @@ def batch_problem(config, global_batch, world_size):
     return None
 
 
-def deepspeed_problem(results, hyper, steps):
+def deepspeed_problem(results, hyper, steps, config=None, loss_scale=1):
+    """``loss_scale``: what the ranks multiplied the loss by (model.DEEPSPEED_LOSS_SCALE), the reference too."""
     problem = _drift_problem([r["params"] for r in results], steps)
     if problem:
         return problem
-    gap = _max_gap(results[0]["params"], fixed.reference(hyper, steps))
-    if gap > DEEPSPEED_ATOL:
+    gap = _max_gap(results[0]["params"], fixed.reference(hyper, steps, step_loss=fixed.scaled_loss(loss_scale)))
+    if gap <= DEEPSPEED_ATOL:
+        return None
+    config = config or {}
+    norm = math.sqrt(sum(g * g for g in fixed.full_gradient())) * loss_scale
+    if "gradient_clipping" in config and config["gradient_clipping"]:
         return (f"after {steps} steps DeepSpeed's parameters differ from torch.optim.AdamW on the full batch by up "
-                f"to {gap:.2e} (tolerance {DEEPSPEED_ATOL:g}): some hyper-parameter or batch setting differs")
-    return None
+                f"to {gap:.2e} (tolerance {DEEPSPEED_ATOL:g}): your config sets gradient_clipping="
+                f"{config['gradient_clipping']!r}, so before each step DeepSpeed scales the gradients down to that "
+                f"global norm when they are larger (the test's first gradient has norm {norm:.1f}); AdamW alone "
+                "never clips")
+    default, version = _deepspeed_clipping_default()
+    if "gradient_clipping" not in config and default:
+        return (f"after {steps} steps DeepSpeed's parameters differ from torch.optim.AdamW on the full batch by up "
+                f"to {gap:.2e} (tolerance {DEEPSPEED_ATOL:g}): your config leaves gradient_clipping out, and "
+                f"DeepSpeed {version} then clips the global gradient norm to {default} before each step (the "
+                f"test's first gradient has norm {norm:.1f}); AdamW alone never clips")
+    return (f"after {steps} steps DeepSpeed's parameters differ from torch.optim.AdamW on the full batch by up "
+            f"to {gap:.2e} (tolerance {DEEPSPEED_ATOL:g}): some hyper-parameter or batch setting differs")

@@ -32,7 +32,7 @@ def ownership(results, numels, shares, name):
         if result["owned"] is None:
             return (f"missing attribute: rank {rank}'s {name} has no `owned` list of (param_index, start, end); the "
                     "tests read which elements each rank keeps from it")
-    found = verdict._ownership_problem([r["owned"] for r in results], numels)
+    found = verdict.ownership_problem([r["owned"] for r in results], numels)
     if found:
         return found
     for rank, result in enumerate(results):

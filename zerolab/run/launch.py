@@ -1,11 +1,12 @@
 """Start N rank processes, follow them, and always tear every one of them down.
 
 The DeepSpeed launcher cannot run inside a notebook kernel, so this module does its job: it picks a free
-port, sets MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK and WORLD_SIZE for each rank, and starts
-``python -m zerolab.run.worker`` in a fresh process (a new session, so never a fork of a kernel that has
-imported torch). Each rank leads its own process group, so stopping a rank also stops what it started
-(e.g. the compiler building a DeepSpeed op). Teardown happens on success, on the first rank that fails,
-on timeout and on KeyboardInterrupt.
+port, sets MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK and WORLD_SIZE for each rank, and starts the rank's worker
+(``zerolab.run.worker``): on CPU, forked from the kernel's warm server (zerolab.run.warm_ranks, which has done the
+ranks' imports once), else, or when no warm server can be had, as ``python -m WORKER`` in a fresh process. Never a
+fork of the kernel itself. Each rank leads its own session, so stopping a rank also stops what it started (e.g.
+the compiler building a DeepSpeed op). Teardown happens on success, on the first rank that fails, on timeout and
+on KeyboardInterrupt.
 """
 import collections
 import json
@@ -74,24 +75,39 @@ def _run_ranks(job_path, device, result_dir, ranks, deadline, timeout, on_event,
     port = free_port()
     lines = queue.Queue()
     tails = [collections.deque(maxlen=60) for _ in range(ranks)]
-    processes = []
+    processes, readers = [], []
     try:
         for rank in range(ranks):
             env = dict(env_with_interpreter_bin(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                        LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
                        PYTHONUNBUFFERED="1")
             env["DS_ACCELERATOR"] = device  # DeepSpeed's accelerator names match ours: cpu, cuda
-            process = subprocess.Popen([sys.executable, "-m", worker, job_path], env=env,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True, errors="replace", start_new_session=True)
+            process, reader = _start_rank(worker, job_path, env, os.path.join(result_dir, f"log{rank}.txt"),
+                                          rank, lines)
             processes.append(process)
-            threading.Thread(target=_pump, args=(rank, process.stdout, lines), daemon=True).start()
-        _follow(processes, lines, tails, result_dir, deadline, timeout, on_event, on_tick)
+            readers.append(reader)
+        _follow(processes, readers, lines, tails, result_dir, deadline, timeout, on_event, on_tick)
     finally:
         stop(processes)
 
 
-def _follow(processes, lines, tails, result_dir, deadline, timeout, on_event, on_tick):
+def _start_rank(worker, job_path, env, log_path, rank, lines):
+    """The rank's process (a Popen, or a warm server's child) and the thread that puts its output lines in `lines`."""
+    from zerolab.run import warm_ranks
+
+    process = warm_ranks.start_rank(worker, job_path, env, log_path) if env["DS_ACCELERATOR"] == "cpu" else None
+    if process is not None:
+        reader = threading.Thread(target=_follow_log, args=(rank, log_path, process, lines), daemon=True)
+    else:
+        process = subprocess.Popen([sys.executable, "-m", worker, job_path], env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                   start_new_session=True)
+        reader = threading.Thread(target=_pump, args=(rank, process.stdout, lines), daemon=True)
+    reader.start()
+    return process, reader
+
+
+def _follow(processes, readers, lines, tails, result_dir, deadline, timeout, on_event, on_tick):
     finished = set()
     while len(finished) < len(processes):
         try:
@@ -114,6 +130,7 @@ def _follow(processes, lines, tails, result_dir, deadline, timeout, on_event, on
             if code is None or rank in finished:
                 continue
             if code != 0:
+                readers[rank].join(timeout=2)  # its last lines: the error
                 _drain(lines, tails)
                 _fail(rank, processes, tails, result_dir)
             finished.add(rank)
@@ -121,6 +138,8 @@ def _follow(processes, lines, tails, result_dir, deadline, timeout, on_event, on
             raise RunTimeout(f"the run did not finish within {timeout:g} s, so every rank was stopped; "
                              "allow more time (--timeout) or run fewer steps", rank=None,
                              log_tail="\n".join(line for tail in tails for line in tail))
+    for reader in readers:
+        reader.join(timeout=2)
     _drain(lines, tails)
 
 
@@ -144,6 +163,29 @@ def _drain(lines, tails):
             return
         if not line.startswith(EVENT_PREFIX):
             tails[rank].append(line.rstrip("\n"))
+
+
+def _follow_log(rank, path, process, lines, interval=0.05):
+    """The lines a forked rank writes to its log, as it writes them, until it has ended and all is read."""
+    handle, pending = None, ""
+    try:
+        while True:
+            ended = process.poll() is not None  # before reading: what it wrote before it ended is read below
+            if handle is None and os.path.exists(path):
+                handle = open(path, errors="replace")
+            chunk = handle.read() if handle is not None else ""
+            *complete, pending = (pending + chunk).split("\n")
+            for line in complete:
+                lines.put((rank, line + "\n"))
+            if ended and not chunk:
+                if pending:
+                    lines.put((rank, pending))
+                return
+            if not chunk:
+                time.sleep(interval)
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def _pump(rank, stream, lines):

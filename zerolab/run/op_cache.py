@@ -7,10 +7,23 @@ written after a load began says that load compiled the op rather than loading it
 """
 import os
 
-# Measured cold builds on 2 cores (scripts/build_ops.py, TORCH_EXTENSIONS_DIR emptied), shm comm and cpu_adam:
-# 34 s and 42 s at load average 4, 46 s and 198 s at 2-11, 167 s and 309 s at 9-15, 176 s and 401 s at 12-17
-# (issue 25: 169 s and 289 s). The figures below are the middle of that range, what a student is told to expect.
-TYPICAL_BUILD_S = {"deepspeed_shm_comm": 60, "cpu_adam": 180}
+# Measured cold builds of cpu_adam on 2 cores (scripts/build_ops.py, TORCH_EXTENSIONS_DIR emptied): 42 s at load
+# average 4, 198 s at 2-11, 309 s at 9-15, 401 s at 12-17 (issue 25: 289 s). The figure below is the middle of that
+# range, what a student is told to expect.
+TYPICAL_BUILD_S = {"cpu_adam": 180}
+
+
+def skip_shm_comm_op():
+    """Tell DeepSpeed not to build its shared-memory comm op; call before deepspeed.init_distributed/initialize.
+
+    DeepSpeed's CPU accelerator compiles that op when distributed starts (a minute or more on 2 cores, once per
+    environment), yet only inference_all_reduce (tensor-parallel inference) calls it: ZeRO training sends every
+    collective through torch.distributed, gloo here, with or without it (claim deepspeed-shm-op-only-for-inference).
+    Marked incompatible, the op is left unbuilt and inference_all_reduce would fall back to torch's all_reduce.
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def build_directory(name):

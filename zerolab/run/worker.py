@@ -62,12 +62,13 @@ def train(job, rank):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     import deepspeed
 
-    from zerolab.run import measure
+    from zerolab.run import measure, op_cache
     from zerolab.run.meter import TrafficMeter
     from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch
 
     config, device = job["config"], job["device"]
-    prepare_ops(config, device)
+    op_cache.skip_shm_comm_op()
+    prepare_ops(config)
     if device == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
@@ -118,15 +119,13 @@ def train(job, rank):
     }
 
 
-def prepare_ops(config, device):
+def prepare_ops(config):
     """Load (and on first use compile) the C++ ops DeepSpeed will need, announcing each so a build is not silence."""
     from deepspeed.accelerator import get_accelerator
     import deepspeed.ops
     from zerolab.run import op_cache
 
     names = []
-    if device == "cpu":
-        names.append("ShareMemCommBuilder")  # DeepSpeed's CPU accelerator builds it when distributed starts
     optimizer = config.get("optimizer") or {}
     zero = config.get("zero_optimization") or {}
     offloaded = ((zero.get("offload_optimizer") or {}).get("device", "none") in ("cpu", "nvme")
