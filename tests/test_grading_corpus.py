@@ -1,5 +1,5 @@
 """The hostile corpus (tests/submissions/corpus.py) graded in one batch with real nbgrader, in the sandbox,
-with --jobs 2: each broken or hostile submission gets its expected status, score and reason, and every
+with --jobs 3: each broken or hostile submission gets its expected status, score and reason, and every
 correct submission in the same batch still gets full marks. Slow: a few minutes on 2 cores."""
 import json
 import re

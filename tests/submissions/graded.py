@@ -1,5 +1,6 @@
-"""The hostile corpus graded once per test session, unsharded, with --jobs 2: the reference run that both
-tests/test_grading_corpus.py and tests/test_grading_shards.py (sharded, then merged) compare against.
+"""The hostile corpus graded once per test session, unsharded, with --jobs 3 (a sleeping case leaves its core idle):
+the reference run that both tests/test_grading_corpus.py and tests/test_grading_shards.py (sharded, then merged)
+compare against.
 tests/conftest.py imports the fixture so both modules share one run."""
 import csv
 import subprocess
@@ -53,5 +54,5 @@ def graded_corpus(tmp_path_factory):
     assert first.returncode == 0, first.stdout + first.stderr
     expected = corpus.write_submissions(course)
     before = {path: path.read_bytes() for path in (course / "submitted").rglob("*") if path.is_file()}
-    done = zerolab("grade", corpus.LESSON, "--course", course, "--jobs", "2")
+    done = zerolab("grade", corpus.LESSON, "--course", course, "--jobs", "3")
     return Graded(course, expected, read_rows(course), gradebook_scores(course), done, before)
