@@ -246,9 +246,7 @@ CASES = [
          "out of memory"),
     # 50 times the output cap (a 50 MB line took nbclient 4 s of CPU: past the caps on a loaded machine)
     Case("prints_5mb_line", append('print("x" * 5_000_000)'), "graded", FULL, ""),
-    # "a_" first: `zerolab grade` takes students in name order, so its two minutes of sleep overlap the rest of the
-    # batch instead of ending it (the batch took 205 s with it last, --jobs 3, idle 2 cores)
-    Case("a_notebook_too_long", sleep_past_the_notebook_cap, "failed", None, "per-notebook cap"),
+    Case("notebook_too_long", sleep_past_the_notebook_cap, "failed", None, "per-notebook cap"),
     Case("many_files", append(MANY_FILES), "review", FULL, "disk cap"),
     Case("many_directories", append(MANY_DIRECTORIES), "review", FULL, "disk cap"),
     Case("fills_folder_and_tmp", append(FOLDER_AND_TMP), "review", FULL, "disk cap"),
