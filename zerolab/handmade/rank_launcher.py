@@ -13,7 +13,7 @@ import os
 
 from zerolab.run import warm
 
-SERVER = __name__ if __name__ != "__main__" else "zerolab.handmade.rank_launcher"
+SERVER = "zerolab.handmade.rank_launcher"  # the module itself, run as python -m
 
 
 def start(job_path, ranks, env, log_path):
