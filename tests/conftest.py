@@ -1,5 +1,6 @@
 import os
 import re
+import sys
 
 import pytest
 
@@ -149,6 +150,22 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_line(
         f"suite time: {len(tests)} tests, {wall / 60:.1f} min wall on {workers} worker(s), {total / 60:.1f} min of "
         f"tests (budget: 25 min wall on an idle 2-core machine; per module: python scripts/suite_budget.py)")
+
+
+# The ops the set-up builds (scripts/build_ops.py); the suite compiling any other in this venv is a defect: a minute or
+# more of CPU that a fresh clone pays inside the tests (three probes once built DeepSpeed's shm comm op that way).
+OPS_OF_THE_SET_UP = {"cpu_adam"}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or "ops" not in _DURATIONS:
+        return
+    new = sorted(set(_built_ops()) - set(_DURATIONS["ops"]) - OPS_OF_THE_SET_UP)
+    if new:
+        print(f"\nthe suite compiled DeepSpeed op(s) {new} in this venv: call "
+              "zerolab.run.op_cache.skip_shm_comm_op() before DeepSpeed starts distributed, as the course's runs do",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ PROBE = textwrap.dedent("""
     import json, os, sys
     import torch, deepspeed
     from zerolab.run.launch import free_port
+    from zerolab.run.op_cache import skip_shm_comm_op
+    skip_shm_comm_op()  # as the course's runs: else the first probe of a fresh clone compiles it for a minute
     port = free_port()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
     overlap, contiguous, bucket = json.loads(sys.argv[1])

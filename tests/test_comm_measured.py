@@ -20,6 +20,8 @@ PROBE = textwrap.dedent("""
     import json, os, sys
     import torch, deepspeed
     import deepspeed.comm as dist
+    from zerolab.run.op_cache import skip_shm_comm_op
+    skip_shm_comm_op()  # as the course's runs: else the first probe of a fresh clone compiles it for a minute
     calls = []
     for name in ("all_reduce", "reduce_scatter_fn", "allgather_fn", "all_gather_into_tensor", "reduce", "broadcast"):
         original = getattr(dist, name)

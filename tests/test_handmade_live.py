@@ -57,3 +57,23 @@ def test_storages_seen_in_a_collective_get_their_own_line(tmp_path):
         assert moments.sum() == 0 and buffer.sum() == 500
     finally:
         dist.destroy_process_group()
+
+
+def test_a_gradient_memory_sample_leaves_out_a_buffer_let_go_a_moment_later_and_counts_a_kept_one():
+    """gloo's worker thread releases a collective's tensors just after the call returns; a sample taken then must
+    not charge them to the learner, while a buffer the learner keeps is charged however long one waits."""
+    import threading
+    import time
+
+    from zerolab.handmade.zero2_memory import GradientMemory
+
+    model = torch.nn.Linear(8, 8)
+    memory = GradientMemory(model.parameters())
+    memory.active = True
+    lingering = [torch.zeros(1000)]  # 4,000 bytes a worker thread holds for 10 ms more
+    threading.Thread(target=lambda: (time.sleep(0.01), lingering.clear())).start()
+    memory.sample("while a thread still holds a dropped buffer")
+    assert memory.peak == 0, memory.peak
+    kept = [torch.zeros(250)]  # noqa: F841 (1,000 bytes the learner keeps)
+    memory.sample("with a kept buffer")
+    assert (memory.peak, memory.where) == (1000, "in step 0, with a kept buffer")

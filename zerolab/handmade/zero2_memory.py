@@ -9,8 +9,18 @@ activations: tensors with a ``grad_fn``, whose Python objects torch keeps while 
 only autograd holds without a Python object (the gradients flowing between layers) are not found either: they
 are the same for every implementation. A storage is counted whole: a small view keeps its whole buffer alive.
 Sampling does not run the garbage collector: what the learner dropped is freed at once by reference counting.
+
+A collective's tensors can outlive it by a moment: gloo's worker thread lets go of them after the call has
+returned, and needs the GIL to do it. A sample that would raise the peak is therefore taken again after short
+sleeps (up to SETTLE_SECONDS), counting only what is still alive then: a right answer's dropped buffer is not
+charged to it by chance, and what a learner really keeps (in a list, or in a pending async work) stays counted.
 """
+import time
+import weakref
+
 from zerolab.handmade import live
+
+SETTLE_SECONDS = 0.05
 
 
 def _key(tensor):
@@ -35,16 +45,32 @@ class GradientMemory:
     def sample(self, where):
         if not self.active:
             return
-        skip = self._skip | {_key(t) for t in self._ignored}
-        seen, total = set(), 0
-        for tensor in live.live_tensors() + [p.grad for p in self.params if p.grad is not None]:
-            if tensor.grad_fn is not None or tensor.device.type == "meta":
-                continue  # an activation in the autograd graph
-            key = _key(tensor)
-            if key in skip or key in seen or key[1] == 0:
-                continue
-            seen.add(key)
-            total += key[1]
+        total = self._count(self._candidates())
+        if total > self.peak:  # perhaps only for a moment: see the module's docstring
+            waited, alive = 0.0, [weakref.ref(t) for t in self._candidates()]
+            while total > self.peak and waited < SETTLE_SECONDS:
+                time.sleep(0.002)
+                waited += 0.002
+                total = self._count([t for t in (ref() for ref in alive) if t is not None])
         self.samples += 1
         if total > self.peak:
             self.peak, self.where = total, f"in step {self.step}, {where}"
+
+    def _candidates(self):
+        """The live tensors that may be gradient memory (the parameters' .grad among them)."""
+        skip = self._skip | {_key(t) for t in self._ignored}
+        found = []
+        for tensor in live.live_tensors():
+            if tensor.grad_fn is not None or tensor.device.type == "meta":
+                continue  # an activation in the autograd graph
+            key = _key(tensor)
+            if key not in skip and key[1] != 0:
+                found.append(tensor)
+        return found
+
+    def _count(self, tensors):
+        """Bytes of the storages of ``tensors`` and of the parameters' .grad, each storage once."""
+        skip = self._skip | {_key(t) for t in self._ignored}
+        grads = {_key(p.grad) for p in self.params if p.grad is not None} - skip
+        return sum(nbytes for _, nbytes in {_key(t) for t in tensors} | grads)
+
