@@ -8,67 +8,17 @@ import pytest
 
 from leftovers import cpu_seconds, ranks_left
 import handmade_cases
+from handmade_cases import HIDDEN, WRONG_ZERO3 as WRONG
 from zerolab.handmade import zero3_grade, zero3_verdict
 from zerolab.handmade import zero3_model as deep
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADE_ID = "ex5_zero3"
-HIDDEN = {"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1}  # what the hidden test uses
 
 
 def solution_cell():
     """The exercise cell as a learner who solved it would have it (markers removed)."""
     return handmade_cases.solution_cell(GRADE_ID)
-
-
-def mutate(old, new):
-    text = solution_cell()
-    assert old in text, f"the solution of {GRADE_ID} changed: {old!r} is gone; update this case"
-    return text.replace(old, new)
-
-
-# name: (how to build the cell, fragment of the message it must get)
-WRONG = {
-    "gathered_parameters_never_freed": (lambda: mutate(
-        "    def _free(self, layer):\n        for p in layer.parameters(recurse=False):\n"
-        "            p.data = torch.empty(0)",
-        "    def _free(self, layer):\n        pass"),
-        "gathered parameters are not freed after use"),
-    "forward_recomputed_in_backward": (lambda: mutate(  # activation checkpointing of every layer
-        "        for index, layer in enumerate(self.layers):\n",
-        "        import torch.utils.checkpoint as checkpointing\n"
-        "        for layer in self.layers:\n"
-        "            layer.forward = (lambda f: lambda *a: checkpointing.checkpoint(f, *a, use_reentrant=False))"
-        "(layer.forward)\n"
-        "        for index, layer in enumerate(self.layers):\n"),
-        "recomputation: one step ran 12 Linear forwards for 6 layers"),
-    "all_reduce_then_slice": (lambda: mutate(
-        "        mine = torch.empty_like(shard)\n        dist.reduce_scatter_single(mine, flat)",
-        "        dist.all_reduce(flat)\n"
-        "        mine = flat[self.rank * shard.numel():(self.rank + 1) * shard.numel()].clone()"),
-        "the full gradients are all-reduced"),
-    "gradients_summed": (lambda: mutate("        mine /= self.world_size\n", ""),
-                         "summed over the 2 ranks, not averaged"),
-    "ranks_disagree_on_owners": (lambda: mutate(
-        "padded[self.rank * size:(self.rank + 1) * size]",
-        "padded[(self.world_size - 1 - self.rank) * size:(self.world_size - self.rank) * size]"),
-        "wrong owners: rank 0's shard of parameter 0"),
-    "full_gradients_kept": (lambda: mutate("        p.grad = None\n", ""),
-                            "still holds its full .grad"),
-    "padded_as_one_flat_buffer": (lambda: mutate(  # ZeRO-1/2's flat padding instead of per parameter
-        "size = -(-p.numel() // self.world_size)",
-        "size = p.numel() // self.world_size + 1"),
-        "wrong size: rank 0's shard of parameter 0 has"),
-    # Right with one backward() per step; with two, the second's gradient replaces the first's.
-    "gradient_overwritten_not_accumulated": (lambda: mutate(
-        "shard.grad = mine if shard.grad is None else shard.grad + mine", "shard.grad = mine"),
-        "gradient accumulation: with two backward() calls before each step"),
-    # The prefetched all-gather read without waiting: a race that gloo usually won; the probe delivers at wait()
-    "prefetch_read_without_wait": (lambda: mutate("            work.wait()\n", ""),
-                                   "async without wait(): in step 0 rank 0 started"),
-    "calls_fully_shard": (lambda: "from torch.distributed.fsdp import fully_shard\n\n\n" + solution_cell(),
-                          "uses torch's FSDP, which does the sharding for you; this exercise scores 0"),
-}
 
 
 def test_per_parameter_padding_is_deepspeeds():

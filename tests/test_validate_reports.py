@@ -17,12 +17,12 @@ from zerolab.grading.variants import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The sample CI runs on every change: one exercise or two per lesson (lesson 08's on real ranks), a few mutants
-# each, the reference 5 times. The full report is `zerolab grade validate --all`, committed in autograder/validation.
+# The sample CI runs on every change: one exercise or two per lesson (lesson 08's on real ranks, DeepSpeed's among
+# them), a few mutants each, the exercise's hand-written answers, the reference 5 times. The full report is `zerolab grade validate --all`, committed in autograder/validation.
 SAMPLE = {"01_where_memory_goes": ["ex2_per_gpu_bytes"], "02_offload": ["ex3_pcie_bytes"],
           "03_overlap_comm": ["ex2_wire_bytes"], "04_writing_the_config": ["ex1_build_config"],
           "05_config_doctor": ["ex2_fix_config"], "06_predict_then_measure": ["ex1_optimizer_bytes"],
-          "07_interview_drill": ["ex5_zero2_13b", "ex16_fsdp"], "08_zero_from_scratch": ["ex2_sharded_adamw"],
+          "07_interview_drill": ["ex5_zero2_13b", "ex16_fsdp"], "08_zero_from_scratch": ["ex4_stage1_config"],
           "09_checkpoints": ["ex4_zero3_save_config"]}
 REPORTS = ROOT / "autograder" / "validation"
 

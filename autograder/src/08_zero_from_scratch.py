@@ -428,6 +428,7 @@ from zerolab.handmade import zero2 as _zero2
 
 _ranks = _zero2.zero2_hooks(ranks=3, steps=4, bucket_elements=700,
                            hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1})
+_ranks = _zero2.zero2_hooks(ranks=2, steps=2, bucket_elements=970)  # a bucket that a bias and a weight overfill
 ### END HIDDEN TESTS
 
 # %% [markdown]

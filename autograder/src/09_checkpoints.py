@@ -510,16 +510,17 @@ if 2 in SAVED:
 # `deepspeed.checkpoint.ds_to_universal`: call its `main` with its command-line arguments as an
 # `argparse.Namespace`, one tag folder in, the same tag name out, one extract and one merge worker: the grader's
 # sandbox allows no process pool), and return the ds_config to resume with: a copy of `config` that
-# loads universal checkpoints. The test saves a 2-rank ZeRO-2 job, calls your function, resumes on **3 ranks**
+# loads universal checkpoints. The test saves a 2-rank ZeRO-2 job under a tag of its own, calls your function,
+# resumes on **3 ranks**
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
 # step counters continue (20 s to 2 minutes, depending on the machine's load).
 
-# %% [markdown] lang="zh" en="855c8e17d8c4"
+# %% [markdown] lang="zh" en="b94d26bef423"
 # 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。<!-- claim: universal-info-needed-at-stages-1-2 -->（在 stage 1 和 2，保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`，本课的运行都传了它：DeepSpeed 0.19.8 只为 AutoTP 和 AutoEP 模型自动写入它，0.4 就是它的 `UNIVERSAL_CHECKPOINT_VERSION_VALUE`。对没有它的保存，`ds_to_universal --inject_missing_state` 会把它补上。stage 3 的保存不需要它也能转换。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #
-# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（20 秒到 2 分钟，视机器负载而定）。
+# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会用它自己的 tag 保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（20 秒到 2 分钟，视机器负载而定）。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_prepare_resume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def prepare_resume(checkpoint_dir, universal_dir, config):
@@ -556,12 +557,17 @@ from zerolab.run import RunFailed as _RunFailed
 
 with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder, _no_process_pool():
     _saved_dir, _universal_dir = _os.path.join(_folder, "ck"), _os.path.join(_folder, "universal")
-    _saved = _quietly(_save, _config(stage=2), _saved_dir, ranks=2, steps=2, model=_SMALL)[0]["final"]
+    _saved = _quietly(_save, _config(stage=2), _saved_dir, ranks=2, steps=2, model=_SMALL, tag="test_ex5")[0]["final"]
     try:
         _resume_config = _quietly(prepare_resume, _saved_dir, _universal_dir, _config(stage=2))
     except _CalledProcessError as _failure:
         raise AssertionError(f"ds_to_universal failed (exit status {_failure.returncode}): check its arguments, "
                              "and pass --num_extract_workers 1 --num_merge_workers 1") from None
+    except (NotImplementedError, AssertionError):
+        raise
+    except Exception as _error:
+        raise AssertionError(f"prepare_resume(...) failed: {type(_error).__name__}: {_error}. This test saves under "
+                             "a tag of its own: the folder's `latest` names it") from None
     assert isinstance(_resume_config, dict), \
         f"wrong type: prepare_resume(...) should return a ds_config dict, got {type(_resume_config).__name__}"
     assert _os.path.isfile(_os.path.join(_universal_dir, "latest_universal")), \

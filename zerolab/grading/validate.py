@@ -17,7 +17,8 @@ DESCRIPTION = """Validate the hidden tests of LESSON (or of every lesson with --
 run against its tests (visible and hidden)
   - mutants of the reference solution: operators swapped, constants changed (+-1, x2, /2, 2**30 vs 10**9),
     a statement or a term dropped, arguments swapped, a return replaced by None, a collective swapped;
-  - the wrong and right answers written by hand in tests/submissions/feedback.py;
+  - the wrong and right answers written by hand: tests/submissions/feedback.py and corpus.py, and a lesson's own
+    (lessons 08 and 09: VALIDATION in tests/handmade_cases.py and tests/submissions/lesson09.py);
   - the blank release (must fail) and the reference solution --runs times (must always pass: else a flake).
 A mutant the tests pass is a SURVIVOR: a wrong solution that would get full marks. Either a hidden test should
 catch it, or it is equivalent (it computes the same thing) and an instructor lists it, with the reason, in
@@ -253,4 +254,7 @@ def source_digest(course, lesson, source_nb):
     for cell in source_nb.cells:
         if cell.cell_type == "code":
             digest.update(cell.source.encode())
+    answers = variants.lesson_answers(course.parent, lesson)
+    if answers:  # absent from the digest otherwise: the reports of the other lessons keep theirs
+        digest.update(json.dumps(answers, sort_keys=True).encode())
     return digest.hexdigest()[:16]

@@ -1,5 +1,6 @@
 """The submissions an exercise's tests are validated against: its reference solution, the blank release,
-mutants of the solution, and the wrong and right answers written by hand for the feedback regression suite.
+mutants of the solution, and the wrong and right answers written by hand (for the feedback regression suite, the
+hostile corpus, and a lesson's own tests: LESSON_HANDWRITTEN).
 
 Every variant is one solution cell's source and what its tests should make of it: "pass" or "fail".
 """
@@ -63,6 +64,9 @@ def mutant_variants(source):
 
 
 HANDWRITTEN = ("tests/submissions/feedback.py", "tests/submissions/corpus.py")
+# A lesson's own hand-written answers: a module with VALIDATION = {grade_id: {"wrong": {name: cell}, "right": {name:
+# cell}}}. Only that lesson's report depends on them (its digest covers the answers, not the file).
+LESSON_HANDWRITTEN = {"08_zero_from_scratch": "tests/handmade_cases.py", "09_checkpoints": "tests/submissions/lesson09.py"}
 
 
 def handwritten(repo, lesson):
@@ -73,11 +77,21 @@ def handwritten(repo, lesson):
     for grade_id, answers in (feedback.VARIANTS.get(lesson, {}) if feedback else {}).items():
         found[grade_id] = ([Variant("wrong", text, "fail", _first_line(text)) for text, _ in answers["wrong"]]
                            + [Variant("right", text, "pass", _first_line(text)) for text in answers["right"]])
+    for grade_id, answers in lesson_answers(repo, lesson).items():
+        found.setdefault(grade_id, []).extend(
+            [Variant("wrong", text, "fail", f"hand-written: {name}") for name, text in answers["wrong"].items()]
+            + [Variant("right", text, "pass", f"hand-written: {name}") for name, text in answers["right"].items()])
     if corpus and corpus.LESSON == lesson:
         for grade_id, texts in corpus.WRONG_ANSWERS.items():
             found.setdefault(grade_id, []).extend(Variant("wrong", text, "fail", "hostile corpus: " + _first_line(text))
                                                   for text in texts)
     return found
+
+
+def lesson_answers(repo, lesson):
+    """{grade_id: {"wrong": {name: cell}, "right": {name: cell}}} of LESSON_HANDWRITTEN, or {}."""
+    module = _load(Path(repo) / LESSON_HANDWRITTEN[lesson]) if lesson in LESSON_HANDWRITTEN else None
+    return module.VALIDATION if module else {}
 
 
 def _load(path):

@@ -14,6 +14,7 @@ knows the purpose of is named and reported as its own line; everything else is "
 - ``watch_collectives()`` / ``communication_storages()``: which storages went through a torch.distributed
   collective since the last ``forget_collectives()``; a storage that is still alive afterwards is a persistent
   communication buffer (a kept all-gather buffer, a flat gradient buffer), reported as its own line.
+  ``all_gathered_elements()``: how many elements the all-gathers since then produced.
 
 A storage is a whole allocation: a "shard" that is a view of a full-size tensor counts the full size. Tensors held
 only by C++ (autograd's saved tensors, a .grad never read from Python) have no Python object and are not seen:
@@ -29,7 +30,9 @@ COMMUNICATION = "communication buffers"
 _COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
                 "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
                 "gather", "scatter", "send", "recv", "isend", "irecv", "all_gather_coalesced")
+_ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "_all_gather_base")
 _seen_in_collectives = set()
+_all_gathered = [0]
 
 
 def _key(storage):
@@ -156,9 +159,15 @@ def watch_collectives():
 
 
 def _watched(function):
+    gathers = function.__name__ in _ALL_GATHERS
+
     @functools.wraps(function)
     def collective(*args, **kwargs):
         _seen_in_collectives.update(_storages([list(args), kwargs]))
+        if gathers:  # the output: a list of tensors or one tensor, the first argument
+            output = args[0] if args else next(iter(kwargs.values()), None)
+            _all_gathered[0] += sum(t.numel() for t in (output if isinstance(output, (list, tuple)) else [output])
+                                    if isinstance(t, torch.Tensor))
         return function(*args, **kwargs)
 
     collective._zerolab_watched = True
@@ -167,6 +176,12 @@ def _watched(function):
 
 def forget_collectives():
     _seen_in_collectives.clear()
+    _all_gathered[0] = 0
+
+
+def all_gathered_elements():
+    """Elements all-gathered since the last forget_collectives(): the whole output of each all-gather."""
+    return _all_gathered[0]
 
 
 def communication_storages():

@@ -4,7 +4,7 @@ In this order: who owns what; the master shard (there, one fp32 1-D tensor per o
 returned every step (a float), against torch.nn.utils.clip_grad_norm_ on the whole model in one process; the bf16
 parameters refreshed from the master; the fp32 master after every step against the one-process fp32-master
 reference (zerolab.handmade.mixed_model), within MASTER_ATOL, with the classic mistakes simulated to name them;
-ranks that agree.
+ranks that agree; all-gathers no larger than N shares.
 
 Every step is judged from the learner's own state before it (``mixed_model.reference_fed``): bf16 rounding makes
 whole runs of two right answers drift apart, so a comparison after the last step alone failed right answers
@@ -16,7 +16,7 @@ from zerolab.handmade import mixed_model
 from zerolab.handmade import model as fixed
 from zerolab.handmade import verdict
 from zerolab.handmade import zero2_verdict
-from zerolab.handmade.partition import flat_partition
+from zerolab.handmade.partition import flat_partition, share_size
 
 # Measured: fed the learner's state, one step of a right answer is within 1e-8 of the reference's (the ranks sum
 # the same fp32 gradients in another order, the AdamW terms come in other orders); clipping per shard moves it
@@ -32,7 +32,21 @@ def problem(results, hyper, steps, max_grad_norm):
     return (zero2_verdict.ownership(results, numels, shares, "MixedShardedAdamW") or _master_shape(results, shares)
             or _norms(results, hyper, steps, max_grad_norm) or _refreshed(results)
             or _master_values(results, hyper, steps, max_grad_norm)
-            or verdict._drift_problem([r["params"] for r in results], steps))
+            or verdict._drift_problem([r["params"] for r in results], steps) or _all_gathered(results, numels))
+
+
+def _all_gathered(results, numels):
+    """Refreshing the bf16 parameters all-gathers each rank's share: N shares of the padded flat length, no more."""
+    world_size = len(results)
+    most = world_size * share_size(sum(numels), world_size)
+    for rank, result in enumerate(results):
+        for step, rows in enumerate(result["traffic"]):
+            gathered = sum(row["elements"] for row in rows if row["op"] == "all-gather")
+            if gathered > most:
+                return (f"traffic: in step {step} rank {rank} all-gathers {gathered} elements; refreshing the bf16 "
+                        f"parameters takes {world_size} shares, {most} elements: each rank sends a buffer the size "
+                        "of the longest share, not more")
+    return None
 
 
 def _master_shape(results, shares):

@@ -98,7 +98,7 @@ def zero1_run(job, namespace):
     owned = _everyones_owned(optimizer)
     if None not in owned and verdict.ownership_problem(owned, numels, groups):
         return {"owned": _mine(owned)}  # training would wait in collectives of different sizes until the timeout
-    memory, measured = None, min(1, steps - 1)  # the second step: the moments exist, buffers have been reused
+    memory, all_gathered, measured = None, None, min(1, steps - 1)  # the second step: the moments exist, buffers have been reused
     for step in range(steps):
         optimizer.zero_grad()
         _local_loss(net, step).backward()
@@ -106,7 +106,7 @@ def zero1_run(job, namespace):
             live.forget_collectives()
         optimizer.step()
         if step == measured:
-            memory = rank_memory(net)
+            memory, all_gathered = rank_memory(net), live.all_gathered_elements()
     owned = _everyones_owned(optimizer)  # `owned` may be filled in by step()
     as_asked = None not in owned and not (verdict.ownership_problem(owned, numels, groups)
                                           or verdict.group_partition_problem(owned, groups))
@@ -118,7 +118,7 @@ def zero1_run(job, namespace):
     optimizer.zero_grad()
     (frozen(fixed.batch(0)[0]).sum() * 0).backward()  # zero gradients: only weight decay moves a parameter
     optimizer.step()
-    return {"params": fixed.flat(net), "memory": memory, "owned": _mine(owned),
+    return {"params": fixed.flat(net), "memory": memory, "all_gathered": all_gathered, "owned": _mine(owned),
             "decay": {"hyper": decay, "before": before, "after": fixed.flat(frozen)},
             # exercise 3's hand-over assumes partition's shares: a run with others would fail for that reason alone
             "grad_shard": _grad_shard_run(namespace, hyper, groups) if as_asked else None}

@@ -92,7 +92,7 @@ def zero1_problem(results, hyper, steps, groups=None):
         return problem
     got, want = results[0]["params"], fixed.reference(hyper, steps, groups=groups)
     if _max_gap(got, want) <= ATOL:
-        return _grad_shard_problem(results, hyper, groups)
+        return _grad_shard_problem(results, hyper, groups) or _all_gather_problem(results, groups)
     if groups is not None and _max_gap(got, fixed.reference(hyper, steps)) <= ATOL:
         return ("the optimizer was given two parameter groups (weights with weight decay, biases without) and "
                 "trained every parameter with the first group's hyper-parameters: each group's lr, betas, eps "
@@ -104,6 +104,21 @@ def zero1_problem(results, hyper, steps, groups=None):
     return (f"after {steps} steps on {world_size} ranks the parameters differ from torch.optim.AdamW on the full "
             f"batch by up to {_max_gap(got, want):.2e} (tolerance {ATOL:g}): check the AdamW update of the "
             "elements a rank owns (moments, bias correction, decoupled weight decay)")
+
+
+def _all_gather_problem(results, groups):
+    """ZeRO-1 shares the updated parameters by all-gathering each rank's share of each group: N shares of the
+    group's padded flat length, sized by the longest share, and not more."""
+    world_size = len(results)
+    most = sum(world_size * share_size(sum(numels), world_size)
+               for numels in fixed.numels_per_group(fixed.build(), groups))
+    for rank, result in enumerate(results):
+        gathered = result.get("all_gathered")
+        if gathered is not None and gathered > most:
+            return (f"traffic: in step 1 rank {rank}'s all-gathers produce {gathered} elements; sharing the updated "
+                    f"parameters takes {world_size} shares per parameter group, {most} elements: each rank sends "
+                    "a buffer the size of the longest share, not more")
+    return None
 
 
 def memory_budget(world_size):
