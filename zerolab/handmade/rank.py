@@ -98,7 +98,8 @@ def zero1_run(job, namespace):
     owned = _everyones_owned(optimizer)
     if None not in owned and verdict.ownership_problem(owned, numels, groups):
         return {"owned": _mine(owned)}  # training would wait in collectives of different sizes until the timeout
-    memory, all_gathered, measured = None, None, min(1, steps - 1)  # the second step: the moments exist, buffers have been reused
+    # measured: the second step, where the moments exist and buffers have been reused
+    memory, all_gathered, measured = None, None, min(1, steps - 1)
     for step in range(steps):
         optimizer.zero_grad()
         _local_loss(net, step).backward()

@@ -45,20 +45,22 @@ class GradientMemory:
     def sample(self, where):
         if not self.active:
             return
-        total = self._count(self._candidates())
+        skip = self._skip | {_key(t) for t in self._ignored}
+        found = self._candidates(skip)
+        total = self._count(found, skip)
         if total > self.peak:  # perhaps only for a moment: see the module's docstring
-            waited, alive = 0.0, [weakref.ref(t) for t in self._candidates()]
+            waited, alive = 0.0, [weakref.ref(t) for t in found]
+            del found  # only the weak references may keep watching them
             while total > self.peak and waited < SETTLE_SECONDS:
                 time.sleep(0.002)
                 waited += 0.002
-                total = self._count([t for t in (ref() for ref in alive) if t is not None])
+                total = self._count([t for t in (ref() for ref in alive) if t is not None], skip)
         self.samples += 1
         if total > self.peak:
             self.peak, self.where = total, f"in step {self.step}, {where}"
 
-    def _candidates(self):
-        """The live tensors that may be gradient memory (the parameters' .grad among them)."""
-        skip = self._skip | {_key(t) for t in self._ignored}
+    def _candidates(self, skip):
+        """The live tensors that may be gradient memory, but for the storages in ``skip``."""
         found = []
         for tensor in live.live_tensors():
             if tensor.grad_fn is not None or tensor.device.type == "meta":
@@ -68,9 +70,7 @@ class GradientMemory:
                 found.append(tensor)
         return found
 
-    def _count(self, tensors):
+    def _count(self, tensors, skip):
         """Bytes of the storages of ``tensors`` and of the parameters' .grad, each storage once."""
-        skip = self._skip | {_key(t) for t in self._ignored}
         grads = {_key(p.grad) for p in self.params if p.grad is not None} - skip
         return sum(nbytes for _, nbytes in {_key(t) for t in tensors} | grads)
-
