@@ -186,10 +186,20 @@ def test_consolidate_to_bf16_safetensors(saved, tmp_path):
 
 
 def test_universal_is_recognised_and_resumes_on_three_ranks(saved):
+    """Lesson 09's claim universal-checkpoint-per-parameter: one folder per parameter under zero/, each with its
+    fp32 master and both Adam moments whole (no rank's partition left), and it resumes on another world size."""
     from zerolab.ckpt.inspect import inspect_checkpoint
 
     folder, ranks = saved["universal"]
     before = folder_hash(folder)
+    tag = (folder / "latest_universal").read_text().strip()
+    per_parameter = sorted(path for path in (folder / tag / "zero").iterdir() if path.is_dir())
+    assert [p.name for p in per_parameter] == sorted(ranks[0]["final"]["params"])
+    for parameter in per_parameter:
+        files = {path.name: torch.load(path, map_location="cpu", weights_only=False) for path in parameter.iterdir()}
+        assert {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt"} <= set(files), parameter
+        whole = len(ranks[0]["final"]["params"][parameter.name])
+        assert [files[name]["param"].numel() for name in ("fp32.pt", "exp_avg.pt", "exp_avg_sq.pt")] == [whole] * 3
     checkpoint = inspect_checkpoint(folder)
     assert checkpoint.universal and checkpoint.tag_source == "`latest_universal`"
     assert checkpoint.per_rank_bytes() == {}

@@ -10,6 +10,8 @@ shows them (the other claims are checked where the runs are: tests/test_ckpt.py,
   to leave alone. Measuring it needs CUDA (scripts/gpu_check.py); the headers are the allocator's definition.
 - `overlap_comm` is off by default at ZeRO stages 0-2 and on at stage 3 (lessons 07 Q10 and 08, section 3):
   DeepSpeed's own config class resolves a config that leaves it out.
+- Given two of the three batch terms, DeepSpeed derives the third by floor division, then asserts their product
+  (lesson 04, exercise 2).
 """
 import re
 from pathlib import Path
@@ -86,3 +88,16 @@ def test_zero_training_never_calls_inference_all_reduce_the_only_user_of_the_shm
         assert result["offered"] and not result["built"] and result["steps"] == 2, result
         assert "inference_all_reduce" not in result["calls"], result["calls"]
         assert result["calls"].get("all_reduce", 0) + result["calls"].get("reduce_scatter_tensor", 0) > 0, result
+
+
+def test_deepspeed_derives_a_missing_batch_term_by_floor_division_then_asserts():
+    """Lesson 04, exercise 2 (claim batch-term-derived-by-floor-division): given two of train_batch_size, the micro
+    batch and the accumulation steps, DeepSpeed's config derives the third with // and then asserts the product."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    derived = DeepSpeedConfig({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})
+    assert derived.gradient_accumulation_steps == 8
+    for given, product in (({"train_micro_batch_size_per_gpu": 4}, "30 != 4 * 7 * 1"),
+                           ({"gradient_accumulation_steps": 4}, "30 != 7 * 4 * 1")):
+        with pytest.raises(AssertionError, match=re.escape(product)):
+            DeepSpeedConfig({"train_batch_size": 30, **given})

@@ -1,20 +1,14 @@
 """docs/fit_ledger.md (and fit_ledger_runs.md) are current: written by this simulation, their predicted columns what
 the engine computes now."""
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from repo_scripts import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 REGENERATE = "regenerate it: `nice python scripts/fit_ledger.py` (or --formula-only when only a formula changed)"
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

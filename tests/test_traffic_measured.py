@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 CONFIGS = {  # name: (stage, offload_optimizer, offload_param, precision, gradient_accumulation_steps)
     "zero1_cpu_bf16_ga3": (1, "cpu", "none", "bf16", 3),
     "zero2_cpu_bf16_ga1": (2, "cpu", "none", "bf16", 1),
+    "zero2_cpu_bf16_ga3": (2, "cpu", "none", "bf16", 3),  # lesson 02 section 2: claim zero2-offload-pcie-each-step
     "zero2_cpu_fp32_ga3": (2, "cpu", "none", "fp32", 3),
     "zero3_cpu_bf16_ga3": (3, "cpu", "none", "bf16", 3),
     "zero3_cpu_params_fp32_ga1": (3, "cpu", "cpu", "fp32", 1),

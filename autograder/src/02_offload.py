@@ -224,12 +224,12 @@ for _params in (350_000_000, 6_700_000_001):
 # 16-bit parameter partition comes back (then ZeRO-2's all-gather shares it with the other GPUs). ZeRO-2 reduces
 # gradients on **every micro-step**, so with gradient accumulation each micro-step also sends the 16-bit gradients
 # to a host accumulation buffer, and from the second micro-step on that buffer first comes back to the GPU to be
-# added to.
+# added to. <!-- claim: zero2-offload-pcie-each-step -->
 
-# %% [markdown] lang="zh" en="07f05c6b6e3b"
+# %% [markdown] lang="zh" en="d081331441d2"
 # ## 2. 每步经过 PCIe 传输什么
 #
-# 按 DeepSpeed 0.19.8 的口径（读自 `stage_1_and_2.py`，并由 `zerolab.run.meter` 在实际运行中实测，见第 06 课）：使用 ZeRO-2 加 CPU 卸载时，在梯度累积边界上，每张 GPU **在 GPU 上**把归约后的梯度分片转换为 **fp32**，再拷贝到主机（每个值 4 字节），CPU 执行 Adam，然后更新后的 16 位参数分片传回来（随后由 ZeRO-2 的 all-gather 分发给其他 GPU）。ZeRO-2 在**每个微步**（micro-step）都会归约梯度，所以使用梯度累积时，每个微步还要把 16 位梯度发送到主机上的累积缓冲区；从第二个微步开始，这个缓冲区要先传回 GPU，再在其上累加。
+# 按 DeepSpeed 0.19.8 的口径（读自 `stage_1_and_2.py`，并由 `zerolab.run.meter` 在实际运行中实测，见第 06 课）：使用 ZeRO-2 加 CPU 卸载时，在梯度累积边界上，每张 GPU **在 GPU 上**把归约后的梯度分片转换为 **fp32**，再拷贝到主机（每个值 4 字节），CPU 执行 Adam，然后更新后的 16 位参数分片传回来（随后由 ZeRO-2 的 all-gather 分发给其他 GPU）。ZeRO-2 在**每个微步**（micro-step）都会归约梯度，所以使用梯度累积时，每个微步还要把 16 位梯度发送到主机上的累积缓冲区；从第二个微步开始，这个缓冲区要先传回 GPU，再在其上累加。<!-- claim: zero2-offload-pcie-each-step -->
 
 # %%
 for grad_accum in (1, 4, 16):

@@ -231,10 +231,10 @@ for grad_accum in (1, 4):
 # all-reduce is a reduce-scatter plus an all-gather (section 1), so on the wire DeepSpeed's default moves more for the
 # gradients than the paper's figure. The bucket count is the same either way. `comm.traffic(...,
 # bucket_allreduce=True)` counts what DeepSpeed's default does (the course's tests check it against the collectives
-# a real two-rank run calls):
+# a real two-rank run calls): <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
-# %% [markdown] lang="zh" en="4a01d11e4253"
-# zerolab 和论文一样，把每个桶的归约记作一次 reduce-scatter。DeepSpeed 0.19.8 并不是真的调用 `reduce_scatter`：在默认的 `use_multi_rank_bucket_allreduce: true` 下，它对每个桶做 **all-reduce**（`stage_1_and_2.py` 中的 `average_tensor`）；设为 `false` 时，它把每个切片 `reduce` 到持有该分片的 rank 上。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather（见第 1 节），所以就线上传输而言，DeepSpeed 默认设置下梯度部分的通信量比论文的数字多。两种方式下桶的个数都一样。`comm.traffic(..., bucket_allreduce=True)` 统计的是 DeepSpeed 默认设置的实际做法（课程的测试会拿它与一次真实的两 rank 运行所调用的集合通信核对）：
+# %% [markdown] lang="zh" en="30f3e81235c5"
+# zerolab 和论文一样，把每个桶的归约记作一次 reduce-scatter。DeepSpeed 0.19.8 并不是真的调用 `reduce_scatter`：在默认的 `use_multi_rank_bucket_allreduce: true` 下，它对每个桶做 **all-reduce**（`stage_1_and_2.py` 中的 `average_tensor`）；设为 `false` 时，它把每个切片 `reduce` 到持有该分片的 rank 上。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather（见第 1 节），所以就线上传输而言，DeepSpeed 默认设置下梯度部分的通信量比论文的数字多。两种方式下桶的个数都一样。`comm.traffic(..., bucket_allreduce=True)` 统计的是 DeepSpeed 默认设置的实际做法（课程的测试会拿它与一次真实的两 rank 运行所调用的集合通信核对）： <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
 # %%
 for stage in (1, 2):
@@ -322,8 +322,9 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # while the next fills. In ZeRO-3 it does something else: it moves the gradient reduce-scatter and the parameter
 # all-gathers to side streams (`stage3.py`, `zero/parameter_offload.py`). The default is false for stages 1-2 and
 # true for stage 3 (DeepSpeed's docs table still says false).
+# <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: overlap-comm-default-by-stage -->
 
-# %% [markdown] lang="zh" en="6f944f2c332c"
+# %% [markdown] lang="zh" en="a1c4238275a3"
 # ## 4. overlap_comm：它隐藏了什么
 #
 # `overlap_comm: true` 让反向传播还在计算后面的梯度时，就开始归约已经填满的梯度桶，把通信藏在计算后面。它隐藏不了：
@@ -332,7 +333,7 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # - 优化器步之后对更新参数的 all-gather（ZeRO-1/2）：此时已经没有计算可以掩盖它；
 # - 比同时进行的计算还长的那部分通信。
 #
-# 在 ZeRO-1/2 中它要占用显存：多一个 `reduce_bucket_size` 个元素的桶缓冲区，这样一个桶在归约的同时，下一个桶可以继续填充。在 ZeRO-3 中它做的是另一件事：把梯度的 reduce-scatter 和参数的 all-gather 放到单独的 CUDA 流（side stream）上（`stage3.py`、`zero/parameter_offload.py`）。默认值：stage 1-2 为 false，stage 3 为 true（DeepSpeed 文档的表格里仍写着 false）。
+# 在 ZeRO-1/2 中它要占用显存：多一个 `reduce_bucket_size` 个元素的桶缓冲区，这样一个桶在归约的同时，下一个桶可以继续填充。在 ZeRO-3 中它做的是另一件事：把梯度的 reduce-scatter 和参数的 all-gather 放到单独的 CUDA 流（side stream）上（`stage3.py`、`zero/parameter_offload.py`）。默认值：stage 1-2 为 false，stage 3 为 true（DeepSpeed 文档的表格里仍写着 false）。<!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: overlap-comm-default-by-stage -->
 
 # %% [markdown]
 # ### A common claim: "overlap_comm uses 4.5x the bucket sizes, 9GB at the defaults"

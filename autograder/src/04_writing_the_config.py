@@ -350,11 +350,12 @@ for finding in check_config(config, world_size=GPUS).errors:
 # where `world_size` is the number of **data-parallel** ranks (GPUs, divided by any sequence- or model-parallel
 # degree). If you give two of the three, DeepSpeed derives the third with **floor division**, and then its own
 # assertion can fail. See it happen with a global batch of 30 and a micro batch of 4 on one GPU:
+# <!-- claim: batch-term-derived-by-floor-division -->
 
-# %% [markdown] lang="zh" en="562dea9918ee"
+# %% [markdown] lang="zh" en="2673d226f8c6"
 # ## 练习 2：批大小的算术（2 分）
 #
-# DeepSpeed 要求 `train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size`，其中 `world_size` 是**数据并行**的 rank 数（GPU 数除以序列并行或模型并行的并行度）。如果你只给出三者中的两个，DeepSpeed 会用**向下取整除法**推出第三个，随后它自己的断言就可能失败。在一张 GPU 上，用全局批大小 30、微批次（micro-batch）大小 4 来看看这种情况：
+# DeepSpeed 要求 `train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size`，其中 `world_size` 是**数据并行**的 rank 数（GPU 数除以序列并行或模型并行的并行度）。如果你只给出三者中的两个，DeepSpeed 会用**向下取整除法**推出第三个，随后它自己的断言就可能失败。在一张 GPU 上，用全局批大小 30、微批次（micro-batch）大小 4 来看看这种情况：<!-- claim: batch-term-derived-by-floor-division -->
 
 # %%
 try:

@@ -337,17 +337,17 @@ if results:
 #   the accumulation window, which reduces them: a moment without gradient accumulation, the whole window with it. <!-- claim: stage1-full-gradients-until-the-boundary -->
 # - **fp32 gradients.** DeepSpeed's estimator counts 4 more bytes per parameter than the paper: an fp32
 #   gradient partition. Without offload it exists only inside `step()`; with optimizer offload it is resident on
-#   the host, and there is no 16-bit gradient partition instead.
+#   the host, and there is no 16-bit gradient partition instead. <!-- claim: fp32-gradient-partition-only-inside-step -->
 # - **Peak memory** is the whole process: Python, torch, DeepSpeed, activations and buffers. For a tiny model the
 #   model states are a sliver of it; for a 13B model they are most of it. That is why lesson 01 predicts model
 #   states and why real jobs still need headroom.
 
-# %% [markdown] lang="zh" en="c821ad0be6af"
+# %% [markdown] lang="zh" en="315638894aae"
 # ### 实测告诉了我们什么
 #
 # - 优化器这一侧（主权重和 Adam 状态）与论文精确到字节：stage 1 及以上把它除以 rank 数，无论它放在哪里。
 # - **stage 1 的梯度。** 论文的 P_os 保留完整的梯度，但 DeepSpeed 的 stage 1 跑的是 stage 2 的代码：在每个梯度累积边界，它规约梯度后只保留自己的分片。快照是在这次规约之后拍的，所以这里 stage 1 看起来和 stage 2 一样。峰值时则不然：`overlap_comm` 关闭时，ZeRO-1 要等反向传播完全结束才规约（`engine.allreduce_gradients`），所以完整的 16 位梯度从第一个微步的反向传播起一直常驻，直到结束累积窗口的那个微步在反向传播中规约它们：不做梯度累积时只是片刻，做梯度累积时则是整个累积窗口。<!-- claim: stage1-full-gradients-until-the-boundary -->
-# - **fp32 梯度。** DeepSpeed 的估算函数比论文每个参数多算 4 字节：一份 fp32 梯度分片。不卸载时它只在 `step()` 内部存在；开了优化器卸载时它常驻主机，而相应地不再有 16 位的梯度分片。
+# - **fp32 梯度。** DeepSpeed 的估算函数比论文每个参数多算 4 字节：一份 fp32 梯度分片。不卸载时它只在 `step()` 内部存在；开了优化器卸载时它常驻主机，而相应地不再有 16 位的梯度分片。<!-- claim: fp32-gradient-partition-only-inside-step -->
 # - **峰值内存**是整个进程的：Python、torch、DeepSpeed、激活值和各种缓冲区。对小模型来说，模型状态只占其中一小片；对 13B 模型来说则占大头。这就是为什么第 01 课预测的是模型状态，而真实任务仍然需要留出余量。
 
 # %% [markdown]

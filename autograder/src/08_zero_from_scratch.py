@@ -838,7 +838,9 @@ else:
 # squared norms of the shares, scales the gradient as `clip_grad_norm_` would, updates the fp32 master with AdamW,
 # refreshes the bf16 parameters of every rank from the masters, and returns the norm before clipping (a float).
 # (DeepSpeed sends bf16 gradients by default, `communication_data_type`; here they are averaged in fp32, so that
-# the result can be compared with one process.)
+# the result can be compared with one process.) The tests give the optimizer one parameter group,
+# `model.parameters()`, so its hyper-parameters are those of `self.param_groups[0]`; with several groups each would
+# be partitioned and stepped on its own, as in exercise 2.
 #
 # How it is tested: each rank trains the fixed model cast to bf16 for a few steps. After every step the grader
 # takes the same step in one process, from the bf16 parameters and fp32 masters your ranks held before it, with
@@ -849,10 +851,10 @@ else:
 # there their runs drift apart. A bf16 master and clipping per shard fail with a message that names them. Hidden
 # tests: 3 ranks, another `max_grad_norm` and hyper-parameters.
 
-# %% [markdown] lang="zh" en="0336e977d4b0"
+# %% [markdown] lang="zh" en="16db61439bf1"
 # ### 练习 6：`MixedShardedAdamW`
 #
-# 还是你的 ZeRO-1，这次用混合精度。模型的参数是 bf16。像练习 2 那样保存 `self.owned`，另外保存 `self.master`：一个由 fp32 一维张量组成的列表，依次是 `self.owned` 中每个区间的主权重副本。`step()` 在 fp32 中平均梯度，用**一次**对各分片平方范数的 all-reduce 算出平均后梯度的全局范数，像 `clip_grad_norm_` 那样缩放梯度，用 AdamW 更新 fp32 主权重，用各 rank 的主权重刷新每个 rank 的 bf16 参数，并返回裁剪之前的范数（一个 float）。（DeepSpeed 默认以 bf16 发送梯度，见 `communication_data_type`；这里在 fp32 中求平均，以便与单个进程的结果比较。）
+# 还是你的 ZeRO-1，这次用混合精度。模型的参数是 bf16。像练习 2 那样保存 `self.owned`，另外保存 `self.master`：一个由 fp32 一维张量组成的列表，依次是 `self.owned` 中每个区间的主权重副本。`step()` 在 fp32 中平均梯度，用**一次**对各分片平方范数的 all-reduce 算出平均后梯度的全局范数，像 `clip_grad_norm_` 那样缩放梯度，用 AdamW 更新 fp32 主权重，用各 rank 的主权重刷新每个 rank 的 bf16 参数，并返回裁剪之前的范数（一个 float）。（DeepSpeed 默认以 bf16 发送梯度，见 `communication_data_type`；这里在 fp32 中求平均，以便与单个进程的结果比较。）测试只给优化器一个参数组，即 `model.parameters()`，所以它的超参数就是 `self.param_groups[0]` 里的那些；如果有多个参数组，就要像练习 2 那样，每组各自切分、各自更新。
 #
 # 测试方式：每个 rank 把转成 bf16 的固定模型训练几步。每一步之后，评分程序都在单个进程中走同一步：从你的各 rank 在这一步之前持有的 bf16 参数和 fp32 主权重出发，在一份 fp32 主权重副本上运行 `torch.nn.utils.clip_grad_norm_` 和 `torch.optim.AdamW`，再把你的 `step()` 返回的范数和你的 fp32 主权重与它比较（容差 `mixed_verdict.MASTER_ATOL`）；然后检查每个 rank 的 bf16 参数是否等于主权重舍入到 bf16 的结果。在 bf16 中，每一步都从你自己的状态出发很重要：两个正确答案即使只是以不同顺序把同样的数相加，也可能把某个权重舍入到相邻的 bf16 值上，从那以后它们的训练轨迹就会逐渐分开。bf16 主权重和按分片裁剪都会失败，并得到点明错误的消息。隐藏测试使用 3 个 rank、另一个 `max_grad_norm` 和其他超参数。
 
@@ -1026,6 +1028,7 @@ else:
 #   ZeRO-3 (yours and DeepSpeed's) pads each
 #   parameter to a multiple of N; FSDP2 pads dim 0 of each parameter to a multiple of N rows (`torch.chunk`),
 #   more padding for wide rows.
+#   <!-- claim: zero3-pads-each-parameter --> <!-- claim: fsdp2-shards-dim-0-by-chunk -->
 # - **fp32 master copy.** DeepSpeed keeps an fp32 master partition beside the parameters even when training in
 #   fp32, at every stage (the "fp32 master" column); yours and FSDP2 step the parameters' own shards.
 # - **Stage 3 and reuse.** With its defaults DeepSpeed's stage 3 does not free a parameter that will be used
@@ -1041,13 +1044,13 @@ else:
 #   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
 #   (`set_modules_to_forward_prefetch`).
 
-# %% [markdown] lang="zh" en="f57772fa2ced"
+# %% [markdown] lang="zh" en="5d2b32727762"
 # 对照 DeepSpeed 0.19.8 的代码来读这张表：
 #
 # - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。
 # - **通信量。** "moved per step" 统计每种集合通信的元素数（对 Ψ 个元素做一次 all-reduce 计为 Ψ）；"volume" 是第 03 课中 ZeRO 论文的口径，其中 all-reduce 计两次（一次 reduce-scatter 加一次 all-gather）。你的 ZeRO-1 在 `step()` 中 all-reduce 完整梯度；DeepSpeed 的 stage 1 和 stage 2 都对梯度*桶*做 all-reduce（`stage_1_and_2.py` 中的 `average_tensor`：`use_multi_rank_bucket_allreduce` 默认为 true）。之后三者都 all-gather 更新后的参数：通信量为 3Ψ，是 DDP 的 all-reduce 的 1.5 倍；论文中 ZeRO-1/2 的 2Ψ 需要 reduce-scatter（或者像你的 ZeRO-2 那样 reduce 到各个所有者）。ZeRO-3 gather 两次、reduce-scatter 一次：3Ψ。
 # - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度。DeepSpeed 的 stage 1 和 stage 2 在反向结束时都只持有自己那部分梯度（"gradients" 一列），但 stage 1 在反向期间的峰值更高：stage 2（`partition_gradients`）在每个桶规约之后就释放不属于自己的梯度。你的 ZeRO-2 的峰值是它的分片加上它的桶。
-# - **对齐。** 在 stage 1 和 stage 2，DeepSpeed 的梯度桶里恰好是 Ψ 个元素。它的展平参数缓冲区填充到 2N 的倍数（`nccl_start_alignment_factor = 2`），这些填充随更新后参数的 all-gather 一起传输。all-reduce 一列还算进了几次不带梯度的单元素 all-reduce（一个范数、一个标志），所以读数比 Ψ 略多。<!-- claim: zero12-padding-travels-in-the-all-gather -->ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。
+# - **对齐。** 在 stage 1 和 stage 2，DeepSpeed 的梯度桶里恰好是 Ψ 个元素。它的展平参数缓冲区填充到 2N 的倍数（`nccl_start_alignment_factor = 2`），这些填充随更新后参数的 all-gather 一起传输。all-reduce 一列还算进了几次不带梯度的单元素 all-reduce（一个范数、一个标志），所以读数比 Ψ 略多。<!-- claim: zero12-padding-travels-in-the-all-gather -->ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。<!-- claim: zero3-pads-each-parameter --> <!-- claim: fsdp2-shards-dim-0-by-chunk -->
 # - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 在每个 stage 都会在参数之外再保留一份 fp32 主权重分片（"fp32 master" 一列）；你的实现和 FSDP2 直接更新参数自己的分片。
 # - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着每个参数从前向到反向一直保持 gather 状态：每步只 all-gather 一次 Ψ，峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，按这张表的统计方式峰值也与你的一致：表里统计的是每一时刻模块参数的实际状态，所以你的代码提前取到自己缓冲区里的那一层并不在其中。
 # - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。

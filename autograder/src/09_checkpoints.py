@@ -478,12 +478,12 @@ elif revealed("exercise 4"):
 #
 # A ZeRO checkpoint is cut for the world size that saved it: each optimizer-state file is one rank's flat
 # partition. Here is what DeepSpeed says when the 2-rank ZeRO-2 checkpoint of section 1 is loaded on 3 ranks
-# (measured now):
+# (measured now): <!-- claim: zero-checkpoint-cut-for-its-world-size -->
 
-# %% [markdown] lang="zh" en="fc378d857aac"
+# %% [markdown] lang="zh" en="d5defd12f30a"
 # ## 3. 在另一个 GPU 数量上恢复训练
 #
-# ZeRO checkpoint 是按保存它的 world size 切分的：每个优化器状态文件都是某一个 rank 的扁平分片。下面是把第 1 节那个 2 rank 的 ZeRO-2 checkpoint 放到 3 个 rank 上加载时，DeepSpeed 给出的报错（现场实测）：
+# ZeRO checkpoint 是按保存它的 world size 切分的：每个优化器状态文件都是某一个 rank 的扁平分片。下面是把第 1 节那个 2 rank 的 ZeRO-2 checkpoint 放到 3 个 rank 上加载时，DeepSpeed 给出的报错（现场实测）：<!-- claim: zero-checkpoint-cut-for-its-world-size -->
 
 # %%
 if 2 in SAVED:
@@ -497,7 +497,8 @@ if 2 in SAVED:
 # The way out is a **universal checkpoint**: DeepSpeed's `ds_to_universal` rewrites the tag folder as one folder per
 # parameter (`zero/<name>/fp32.pt`, `exp_avg.pt`, `exp_avg_sq.pt`), with no trace of the old partitioning, and writes
 # `latest_universal` next to it. A job on any number of ranks loads it when its config has
-# `"checkpoint": {"load_universal": true}`. <!-- claim: universal-info-needed-at-stages-1-2 --> (At stages 1 and 2
+# `"checkpoint": {"load_universal": true}`. <!-- claim: universal-checkpoint-per-parameter -->
+# <!-- claim: universal-info-needed-at-stages-1-2 --> (At stages 1 and 2
 # the save must carry `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`, which the
 # lesson's runs pass: DeepSpeed 0.19.8 writes it only for AutoTP and AutoEP models, and 0.4 is its
 # `UNIVERSAL_CHECKPOINT_VERSION_VALUE`. `ds_to_universal --inject_missing_state` adds it to a save without it. A
@@ -515,8 +516,8 @@ if 2 in SAVED:
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
 # step counters continue (20 s to 2 minutes, depending on the machine's load).
 
-# %% [markdown] lang="zh" en="b94d26bef423"
-# 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。<!-- claim: universal-info-needed-at-stages-1-2 -->（在 stage 1 和 2，保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`，本课的运行都传了它：DeepSpeed 0.19.8 只为 AutoTP 和 AutoEP 模型自动写入它，0.4 就是它的 `UNIVERSAL_CHECKPOINT_VERSION_VALUE`。对没有它的保存，`ds_to_universal --inject_missing_state` 会把它补上。stage 3 的保存不需要它也能转换。）
+# %% [markdown] lang="zh" en="4e1668543425"
+# 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。<!-- claim: universal-checkpoint-per-parameter --> <!-- claim: universal-info-needed-at-stages-1-2 -->（在 stage 1 和 2，保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`，本课的运行都传了它：DeepSpeed 0.19.8 只为 AutoTP 和 AutoEP 模型自动写入它，0.4 就是它的 `UNIVERSAL_CHECKPOINT_VERSION_VALUE`。对没有它的保存，`ds_to_universal --inject_missing_state` 会把它补上。stage 3 的保存不需要它也能转换。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #

@@ -62,11 +62,7 @@ def _refuse_reference(partition, cell):
 
 
 def _run(kind, name, cell, ranks, **job):
-    text = learner_cell(name, cell)
-    try:
-        return harness.run(dict(job, kind=kind, source=text), ranks)
-    except harness.RanksFailed as failure:
-        raise AssertionError(str(failure)) from None
+    return harness.run_checked(dict(job, kind=kind, source=learner_cell(name, cell)), ranks)
 
 
 def _raise(problem):
@@ -89,13 +85,10 @@ def deepspeed_stage1(stage1_config, ranks, hyper=None, steps=4):
     hyper = dict(hyper or DEFAULT_HYPER)
     config = plain(stage1_config(dict(hyper), fixed.GLOBAL_BATCH, ranks), "stage1_config(...)")
     _raise(verdict.stage1_config_problem(config) or verdict.batch_problem(config, fixed.GLOBAL_BATCH, ranks))
-    try:
-        results = harness.run({"kind": "deepspeed", "config": config, "steps": steps,
-                               "loss_scale": fixed.DEEPSPEED_LOSS_SCALE}, ranks, timeout=120)
-    except harness.RanksFailed as failure:
-        raise AssertionError(f"DeepSpeed did not train with your config: {failure}") from None
-    _raise(verdict.deepspeed_problem(results, hyper, steps, config, fixed.DEEPSPEED_LOSS_SCALE))
-    return results
+    scale = fixed.DEEPSPEED_LOSS_SCALE
+    return harness.run_checked({"kind": "deepspeed", "config": config, "steps": steps, "loss_scale": scale}, ranks,
+                               lambda results: verdict.deepspeed_problem(results, hyper, steps, config, scale),
+                               timeout=120, failed="DeepSpeed did not train with your config: ")
 
 
 def side_by_side(stage1_config, ranks=2, hyper=None, steps=4, cell=None):
@@ -104,10 +97,6 @@ def side_by_side(stage1_config, ranks=2, hyper=None, steps=4, cell=None):
 
     hyper = dict(hyper or DEFAULT_HYPER)
     config = stage1_config(dict(hyper), fixed.GLOBAL_BATCH, ranks)
-    text = learner_cell("ShardedAdamW", cell)
-    try:
-        results = harness.run({"kind": "zero1_bytes", "source": text, "config": config, "hyper": hyper,
-                               "steps": steps}, ranks, timeout=120)
-    except harness.RanksFailed as failure:
-        raise AssertionError(str(failure)) from None
-    return results
+    job = {"kind": "zero1_bytes", "source": learner_cell("ShardedAdamW", cell), "config": config, "hyper": hyper,
+           "steps": steps}
+    return harness.run_checked(job, ranks, timeout=120)

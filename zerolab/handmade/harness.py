@@ -42,6 +42,20 @@ def run(job, ranks, timeout=90, progress=True):
         return [_load(os.path.join(folder, f"rank{rank}.json")) for rank in range(ranks)]
 
 
+def run_checked(job, ranks, verdict=None, timeout=90, failed=""):
+    """What a test cell calls: ``run``, with the ranks' failure raised as AssertionError (after ``failed``, a
+    context such as "DeepSpeed did not train with your config: "), then ``verdict(results)``'s problem raised the
+    same way; the results when there is none."""
+    try:
+        results = run(job, ranks, timeout=timeout)
+    except RanksFailed as failure:
+        raise AssertionError(f"{failed}{failure}") from None
+    problem = verdict(results) if verdict else None
+    if problem:
+        raise AssertionError(problem)
+    return results
+
+
 def _port_taken(folder, ranks, logs):
     """Whether rank 0 lost its free port to another process between free_port() and its listen (EADDRINUSE): the
     ranks' output, or an error a rank wrote, says so. Then the job runs again on a new port."""

@@ -11,11 +11,4 @@ def mixed_precision(ranks, hyper=None, steps=4, max_grad_norm=MAX_GRAD_NORM, cel
     text = grade.learner_cell(name, cell)
     job = {"kind": "zerolab.handmade.mixed_rank:run", "cell": text, "name": name, "hyper": hyper, "steps": steps,
            "max_grad_norm": max_grad_norm}
-    try:
-        results = harness.run(job, ranks)
-    except harness.RanksFailed as failure:
-        raise AssertionError(str(failure)) from None
-    found = mixed_verdict.problem(results, hyper, steps, max_grad_norm)
-    if found:
-        raise AssertionError(found)
-    return results
+    return harness.run_checked(job, ranks, lambda results: mixed_verdict.problem(results, hyper, steps, max_grad_norm))

@@ -11,11 +11,5 @@ def zero2_hooks(ranks, hyper=None, steps=3, bucket_elements=BUCKET_ELEMENTS, cel
     text = grade.learner_cell(name, cell)
     job = {"kind": "zerolab.handmade.zero2_rank:run", "cell": text, "name": name, "hyper": hyper, "steps": steps,
            "bucket_elements": bucket_elements}
-    try:
-        results = harness.run(job, ranks)
-    except harness.RanksFailed as failure:
-        raise AssertionError(str(failure)) from None
-    found = zero2_verdict.problem(results, hyper, steps, bucket_elements)
-    if found:
-        raise AssertionError(found)
-    return results
+    return harness.run_checked(job, ranks,
+                               lambda results: zero2_verdict.problem(results, hyper, steps, bucket_elements))

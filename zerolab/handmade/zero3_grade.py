@@ -13,26 +13,21 @@ def zero3(ranks, hyper=None, steps=3, name="Zero3", cell=None):
     """Train the learner's ``Zero3`` on ``ranks`` gloo ranks; AssertionError naming what it got wrong. Then, once
     that run is right, a short run with gradient accumulation: each step's .grad must add up two backward()s."""
     hyper = dict(hyper or DEFAULT_HYPER)
-    results = run(ranks, hyper=hyper, steps=steps, name=name, cell=cell)
-    problem = zero3_verdict.zero3_problem(results, hyper, steps)
-    if problem:
-        raise AssertionError(problem)
-    accumulated = run(ranks, hyper=hyper, name=name, cell=cell, **ACCUMULATION)
-    problem = zero3_verdict.accumulation_problem(accumulated, hyper, ACCUMULATION["steps"])
-    if problem:
-        raise AssertionError(problem)
+    results = run(ranks, hyper=hyper, steps=steps, name=name, cell=cell,
+                  verdict=lambda results: zero3_verdict.zero3_problem(results, hyper, steps))
+    run(ranks, hyper=hyper, name=name, cell=cell, **ACCUMULATION,
+        verdict=lambda results: zero3_verdict.accumulation_problem(results, hyper, ACCUMULATION["steps"]))
     return results
 
 
-def run(ranks, hyper=None, steps=3, name="Zero3", cell=None, prefetch=None, reference=False, micro_steps=1):
-    """Each rank's measurements of one run: the learner's cell, or the course's own Zero3 with ``reference``."""
+def run(ranks, hyper=None, steps=3, name="Zero3", cell=None, prefetch=None, reference=False, micro_steps=1,
+        verdict=None):
+    """Each rank's measurements of one run: the learner's cell, or the course's own Zero3 with ``reference``;
+    ``verdict(results)``'s problem raised as AssertionError."""
     job = {"kind": KIND, "hyper": dict(hyper or DEFAULT_HYPER), "steps": steps, "name": name,
            "micro_steps": micro_steps}
     if not reference:
         job["zero3_source"] = learner_cell(name, cell)
     if prefetch is not None:
         job["prefetch"] = prefetch
-    try:
-        return harness.run(job, ranks)
-    except harness.RanksFailed as failure:
-        raise AssertionError(str(failure)) from None
+    return harness.run_checked(job, ranks, verdict)
