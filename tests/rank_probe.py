@@ -48,3 +48,23 @@ def _counted(name, method, calls):
         calls[name] = calls.get(name, 0) + 1
         return method(*args, **kwargs)
     return counting
+
+
+def deepspeed_initializes(job, namespace):
+    """[{"accepted": bool, "error": its message}] of deepspeed.initialize with each config of job["configs"] on the
+    fixed model, each on a fresh copy of it (tests/test_config_initialize.py)."""
+    import deepspeed
+
+    from zerolab.handmade import model as fixed
+    from zerolab.run.op_cache import skip_shm_comm_op
+
+    skip_shm_comm_op()
+    outcomes = []
+    for config in job["configs"]:
+        net = fixed.build()
+        try:
+            deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+            outcomes.append({"accepted": True, "error": ""})
+        except Exception as error:  # noqa: BLE001 - any refusal, with DeepSpeed's words
+            outcomes.append({"accepted": False, "error": f"{type(error).__name__}: {error}"})
+    return outcomes

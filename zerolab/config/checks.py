@@ -186,9 +186,44 @@ def contiguous_gradients_forced(config, world_size):
     return []
 
 
+def bf16_master_weights_without_cpu_adam(config, world_size):
+    """A rule DeepSpeed 0.19.8 enforces only in deepspeed.initialize (base_optimizer._configure_master_weights): bf16
+    master weights and gradients need the optimizer offloaded to DeepSpeedCPUAdam, unless bf16_optimizer_states
+    keeps the states in bf16 too and nothing is offloaded. The config class accepts the rest (its own rules: stages
+    1-3, states only with master weights, are validate's)."""
+    block = next((config[name] for name in ("bf16", "bfloat16") if isinstance(config.get(name), dict)), {})
+    if block.get("bf16_master_weights_and_grads") is not True or zero_stage(config) == 0:
+        return []
+    offload = (_offload(config, "offload_optimizer") or {}).get("device", "none") in ("cpu", "nvme")
+    if block.get("bf16_optimizer_states") is True and not offload:
+        return []
+    optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else None
+    params = optimizer.get("params") if optimizer and isinstance(optimizer.get("params"), dict) else {}
+    kind = str(optimizer.get("type", "")).lower() if optimizer else None
+    path = f"{'bf16' if isinstance(config.get('bf16'), dict) else 'bfloat16'}.bf16_master_weights_and_grads"
+    if not offload:
+        return [Finding(path, "error", "DeepSpeed 0.19.8 accepts the config, then refuses it in deepspeed.initialize: "
+                        "\"Master weights feature requires ZeRO Offload with DeepSpeedCPUAdam\". With fp32 optimizer "
+                        "states the bf16 master weights are stepped on the CPU: set "
+                        "zero_optimization.offload_optimizer.device to \"cpu\" with an Adam or AdamW optimizer, or "
+                        "also set bf16_optimizer_states to true to keep the states in bf16 on the device")]
+    if optimizer is None:
+        return [Finding(path, "warning", "the optimizer you pass to deepspeed.initialize must be DeepSpeedCPUAdam: "
+                        "with bf16 master weights and optimizer offload, DeepSpeed 0.19.8 refuses any other "
+                        "(\"Master weights feature requires ZeRO Offload with DeepSpeedCPUAdam\")")]
+    if kind not in ("adam", "adamw") or params.get("torch_adam") is True:
+        built = "torch's Adam (torch_adam)" if kind in ("adam", "adamw") else f"the {optimizer.get('type')} optimizer"
+        return [Finding(path, "error", f"DeepSpeed 0.19.8 accepts the config, then refuses it in "
+                        f"deepspeed.initialize: \"Master weights feature requires ZeRO Offload with "
+                        f"DeepSpeedCPUAdam\". This config builds {built}, not DeepSpeedCPUAdam: use optimizer "
+                        f"type Adam or AdamW without torch_adam")]
+    return []
+
+
 CHECKS = (removed_features, unknown_top_level_keys, batch_arithmetic, auto_values, offload_without_zero,
           offload_param_below_stage_3, nvme_optimizer_below_stage_3, nvme_without_path, stage3_keys_below_stage_3,
-          contiguous_gradients_forced, pin_memory_default, overlap_comm_default)
+          contiguous_gradients_forced, bf16_master_weights_without_cpu_adam, pin_memory_default,
+          overlap_comm_default)
 
 
 def _leaves(value, prefix=""):

@@ -52,6 +52,13 @@ NOTES = {
     "fp16.min_loss_scale": ("the scale never goes below this; reaching it stops the run", None),
     "bf16.enabled": ("train in bf16 mixed precision (Ampere or newer); no loss scaling needed",
                      _on_off("16-bit bf16 parameters and gradients", "bf16 off")),
+    "bf16.bf16_master_weights_and_grads": (
+        "keep the master weights and the gradients the optimizer reads in bf16 instead of fp32 (ZeRO stages 1-3)",
+        _on_off("bf16 master weights: 2 bytes a parameter instead of 4; with fp32 optimizer states DeepSpeed needs "
+                "the optimizer offloaded to its CPU Adam", "fp32 master weights")),
+    "bf16.bf16_optimizer_states": (
+        "keep Adam's two moments in bf16 instead of fp32 (needs bf16_master_weights_and_grads)",
+        _on_off("bf16 Adam moments: 4 bytes a parameter instead of 8", "fp32 Adam moments")),
     "zero_optimization": ("the ZeRO block: what is partitioned across data-parallel GPUs, and what is offloaded", None),
     "zero_optimization.stage": ("how much model state ZeRO partitions", lambda v: _STAGES.get(v)),
     "zero_optimization.overlap_comm": ("overlap gradient reduction with the backward pass (costs a second bucket "
