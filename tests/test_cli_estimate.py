@@ -34,10 +34,27 @@ def test_json_rows_match_deepspeed_estimator():
     assert (row["gpu_bytes"], row["cpu_bytes"]) == (gpu, cpu)
 
 
+def test_bf16_master_weights_and_moments_halve_the_optimizer_state():
+    """--master bf16 --moments bf16 (DeepSpeed's bf16_master_weights_and_grads and bf16_optimizer_states): 2 + 4
+    bytes of master and moments per parameter instead of 4 + 8 (tests/test_run_bf16_master.py measures them)."""
+    result = zerolab("estimate", "--params", "13B", "--gpus-per-node", "8", "--precision", "bf16", "--stage", "2",
+                     "--master", "bf16", "--moments", "bf16", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    params = 13 * 10**9
+    assert row["gpu_bytes"] == 2 * params + (2 + 2 + 4) * params // 8
+    assert (row["master"], row["moments"]) == ("bf16", "bf16")
+    listed = zerolab("estimate", "--params", "13B", "--gpus-per-node", "8", "--precision", "bf16", "--master", "bf16")
+    assert listed.returncode == 0 and "bf16 master weights, fp32 Adam moments" in listed.stdout, listed.stderr
+    assert [line for line in listed.stdout.splitlines() if line[:5].strip() == "0"] == []  # no stage 0 row
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--params", "13Q"], "--params"),
     (["--params", "13B", "--gpus-per-node", "x"], "not a whole number"),
     (["--params", "13B", "--stage", "2", "--offload-param", "cpu"], "offload_param needs stage 3"),
+    (["--params", "13B", "--stage", "2", "--moments", "bf16"], "bf16 moments need bf16 master weights"),
+    (["--params", "13B", "--stage", "2", "--master", "bf16"], "need bf16 training"),
     (["--params", "13B", "--offload-optimizer", "cpu"], "need --stage"),
     (["--params", "-5"], "--params"),
     (["--gpus-per-node", "8"], "--params"),

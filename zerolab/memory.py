@@ -44,6 +44,10 @@ GPT2_VOCAB = 50257  # GPT-2 / GPT-3 BPE vocabulary, used for the default largest
 # The fp32 state the optimizer keeps per parameter, what optimizer offload moves to the host: DeepSpeed's "16"
 # (docs/code-docs/source/memory.rst: 4 B params + 4 B grads + 4 B momentum + 4 B variance, all fp32).
 FP32_OPTIMIZER_STATE = {"fp32_grads": 4, "master_weights": 4, "optimizer_states": 8}
+# DeepSpeed 0.18.3+'s bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states: bytes per parameter of
+# the master copy and of Adam's two moments, fp32 (the paper's) or bf16.
+MASTER_BYTES = {"fp32": 4, "bf16": 2}
+MOMENT_BYTES = {"fp32": 8, "bf16": 4}
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class Estimate:
     cpu_bytes: int
     nvme_bytes: int
     breakdown: dict = field(default_factory=dict)
+    master: str = "fp32"  # bf16: DeepSpeed's bf16_master_weights_and_grads
+    moments: str = "fp32"  # bf16: DeepSpeed's bf16_optimizer_states
 
     @property
     def world_size(self):
@@ -81,6 +87,7 @@ class Estimate:
             "cpu_bytes": self.cpu_bytes,
             "nvme_bytes": self.nvme_bytes,
             "breakdown": {place: dict(parts) for place, parts in self.breakdown.items()},
+            **({"master": self.master, "moments": self.moments} if self.master != "fp32" else {}),
         }
 
 
@@ -116,17 +123,22 @@ def default_largest_layer(params):
 
 def estimate(params, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
              precision="fp16", accounting="paper", largest_layer_params=None, zero_init=True,
-             buffer_factor=DEFAULT_BUFFER_FACTOR, whole_bytes=True):
+             buffer_factor=DEFAULT_BUFFER_FACTOR, whole_bytes=True, master="fp32", moments="fp32"):
     """Model-state memory for ``params`` parameters trained with ZeRO ``stage`` on nodes x gpus_per_node GPUs.
     The paper's accounting rounds each term to whole bytes; ``whole_bytes=False`` keeps the exact quotients (one
-    parameter over 8 GPUs holds 2 bytes of ZeRO-3 state, not 1), as graders comparing a learner's formula need."""
+    parameter over 8 GPUs holds 2 bytes of ZeRO-3 state, not 1), as graders comparing a learner's formula need.
+    ``master`` and ``moments`` ("fp32" or "bf16", paper accounting): the dtype of the master copy and of Adam's
+    moments, DeepSpeed's bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states."""
     _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,
            buffer_factor)
+    _check_low_precision_state(stage, precision, accounting, master, moments)
     setup = dict(params=params, stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
-                 precision=precision, accounting=accounting, gpus_per_node=gpus_per_node, nodes=nodes)
+                 precision=precision, accounting=accounting, gpus_per_node=gpus_per_node, nodes=nodes,
+                 master=master, moments=moments)
     if accounting == "paper":
         gpu, cpu, nvme = _paper(params, stage, gpus_per_node * nodes, gpus_per_node, offload_optimizer,
-                                offload_param, precision, round if whole_bytes else float)
+                                offload_param, precision, round if whole_bytes else float,
+                                MASTER_BYTES[master], MOMENT_BYTES[moments])
     else:
         if largest_layer_params is None:
             largest_layer_params = default_largest_layer(params)
@@ -170,13 +182,32 @@ def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param
         raise ValueError(f"buffer_factor must be > 0, got {buffer_factor!r}")
 
 
-def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param, precision, rounded=round):
+def _check_low_precision_state(stage, precision, accounting, master, moments):
+    """The rules DeepSpeed 0.19.8's config class enforces for bf16 master weights and moments."""
+    for name, value in (("master", master), ("moments", moments)):
+        if value not in MASTER_BYTES:
+            raise ValueError(f"{name} must be one of {', '.join(MASTER_BYTES)}, got {value!r}")
+    if master == moments == "fp32":
+        return
+    if accounting != "paper":
+        raise ValueError("bf16 master weights or moments are counted by the paper accounting only: DeepSpeed's "
+                         "estimators (the deepspeed accounting) have no such option")
+    if moments == "bf16" and master != "bf16":
+        raise ValueError("bf16 moments need bf16 master weights (DeepSpeed: bf16_optimizer_states requires "
+                         "bf16_master_weights_and_grads)")
+    if precision != "bf16" or stage == 0:
+        raise ValueError("bf16 master weights need bf16 training (the bf16 block's bf16_master_weights_and_grads) "
+                         "and ZeRO stage 1, 2 or 3")
+
+
+def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param, precision, rounded=round,
+           master_bytes=4, moment_bytes=8):
     half = 4 if precision == "fp32" else 2
     terms = {  # bytes per parameter, and from which stage on each term is partitioned
         "params": (half, 3),
         "grads": (half, 2),
-        "master_weights": (0 if precision == "fp32" else 4, 1),
-        "optimizer_states": (8, 1),
+        "master_weights": (0 if precision == "fp32" else master_bytes, 1),
+        "optimizer_states": (moment_bytes, 1),
     }
     place = {"params": offload_param, "grads": "none", "master_weights": offload_optimizer,
              "optimizer_states": offload_optimizer}

@@ -23,11 +23,17 @@ Two accountings:
 
 Without --stage, every valid stage and offload combination is printed, so you can see what each step buys.
 
+DeepSpeed 0.18.3 and later can keep the master weights (--master bf16: bf16.bf16_master_weights_and_grads) and
+Adam's moments (--moments bf16: bf16.bf16_optimizer_states) in bf16: 12 bytes of optimizer state per parameter
+become 6 (paper accounting, --precision bf16, stages 1-3; checked against real runs on CPU ranks). DeepSpeed then
+needs the optimizer offloaded to its CPU Adam unless both are bf16 (`zerolab check` says so).
+
 examples:
   zerolab estimate --params 13B --gpus-per-node 8
   zerolab estimate --params 7.5e9 --gpus-per-node 64 --stage 3                  the paper's 1.9 GB row
   zerolab estimate --params 13B --gpus-per-node 8 --stage 2 --offload-optimizer cpu --accounting deepspeed
   zerolab estimate --params 70B --gpus-per-node 8 --nodes 4 --stage 3 --offload-param cpu --offload-optimizer cpu --json
+  zerolab estimate --params 13B --gpus-per-node 8 --precision bf16 --master bf16 --moments bf16
 """
 
 
@@ -44,6 +50,12 @@ def add_arguments(parser):
                         help="where the 16-bit parameters live between uses: stage 3 only")
     parser.add_argument("--precision", choices=memory.PRECISIONS, default="fp16",
                         help="fp16 or bf16 mixed precision (2-byte params) or fp32 training (default fp16)")
+    parser.add_argument("--master", choices=tuple(memory.MASTER_BYTES), default="fp32",
+                        help="dtype of the master weights (and of the gradients the optimizer reads): bf16 is "
+                             "DeepSpeed's bf16_master_weights_and_grads (needs --precision bf16; default fp32)")
+    parser.add_argument("--moments", choices=tuple(memory.MOMENT_BYTES), default="fp32",
+                        help="dtype of Adam's two moments: bf16 is DeepSpeed's bf16_optimizer_states (needs "
+                             "--master bf16; default fp32)")
     parser.add_argument("--accounting", choices=memory.ACCOUNTINGS, default="paper",
                         help="paper (ZeRO paper, GB) or deepspeed (DeepSpeed's estimator, GiB); default paper")
     parser.add_argument("--largest-layer-params", type=params_count, metavar="N",
@@ -60,13 +72,15 @@ def add_arguments(parser):
 def run(args):
     options = dict(precision=args.precision, accounting=args.accounting,
                    largest_layer_params=args.largest_layer_params, zero_init=args.zero_init,
-                   buffer_factor=args.buffer_factor)
+                   buffer_factor=args.buffer_factor, master=args.master, moments=args.moments)
     try:
         if args.stage is None:
             if args.offload_optimizer != "none" or args.offload_param != "none":
                 raise UserError("--offload-optimizer and --offload-param need --stage; "
                                 "without --stage every combination is listed")
-            rows = memory.estimate_all(args.params, args.gpus_per_node, args.nodes, **options)
+            stages = (1, 2, 3) if args.master == "bf16" else memory.STAGES  # stage 0 has no ZeRO optimizer
+            rows = [row for stage in stages
+                    for row in memory.estimate_all(args.params, args.gpus_per_node, args.nodes, stage, **options)]
         else:
             rows = [memory.estimate(args.params, args.stage, args.gpus_per_node, args.nodes,
                                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
@@ -87,7 +101,8 @@ def table(rows):
     size = GB if unit == "GB" else GiB
     lines = [
         f"{format_count(first.params)} parameters, {first.precision}, {first.nodes} node(s) x "
-        f"{first.gpus_per_node} GPU(s), {first.accounting} accounting (1 {unit} = {size:,} bytes)",
+        f"{first.gpus_per_node} GPU(s), {first.accounting} accounting (1 {unit} = {size:,} bytes)"
+        + (f"; {first.master} master weights, {first.moments} Adam moments" if first.master != "fp32" else ""),
         "",
         f"{'stage':>5}  {'offload_optimizer':<17}  {'offload_param':<13}  {'per GPU':>12}  {'host/node':>12}  "
         f"{'NVMe/node':>12}",

@@ -8,7 +8,7 @@ CPU ranks (gloo, DS_ACCELERATOR=cpu) work everywhere; ``device="cuda"`` uses NCC
 Importing this package loads neither torch nor DeepSpeed: the ranks are separate processes.
 """
 from zerolab.errors import UserError
-from zerolab.run.configs import default_precision, describe, make_config
+from zerolab.run.configs import default_precision, describe, low_precision_state, make_config
 from zerolab.run.diagnose import RunFailed, RunTimeout
 from zerolab.run.model import ModelSpec
 
@@ -44,6 +44,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     if device == "cuda":
         _check_gpus(ranks)
     stage, offload_optimizer, offload_param, precision = describe(config)
+    master, moments = low_precision_state(config)
 
     import torch  # the parent only counts parameters; training happens in the rank processes
 
@@ -57,13 +58,14 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
                             on_tick=shown and shown.on_tick)
     losses = [rank["loss"] for rank in ranks_measured]
     setup = {"stage": stage, "offload_optimizer": offload_optimizer, "offload_param": offload_param,
-             "precision": precision, "ranks": ranks, "device": device, "params": params,
-             "largest_layer_params": largest, "steps": steps, "model": model.as_dict(),
+             "precision": precision, "master": master, "moments": moments, "ranks": ranks, "device": device,
+             "params": params, "largest_layer_params": largest, "steps": steps, "model": model.as_dict(),
              "micro_batch": ranks_measured[0]["micro_batch"],
              "accumulation": ranks_measured[0]["gradient_accumulation_steps"],
              "wrapper": ranks_measured[0]["wrapper"], "optimizer": ranks_measured[0]["optimizer"]}
     return RunResult(config=config, setup=setup, ranks=ranks_measured,
-                     predicted=predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest),
+                     predicted=predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest,
+                                       master, moments),
                      loss=[sum(step) / len(step) for step in zip(*losses)],
                      predicted_traffic=[step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision,
                                                      offload_optimizer, offload_param, device) for rank in range(ranks)])

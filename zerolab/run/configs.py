@@ -14,7 +14,7 @@ def default_precision(device):
 
 
 def make_config(stage=2, offload_optimizer="none", offload_param="none", precision="bf16", micro_batch=4,
-                accumulation=1, lr=3e-3):
+                accumulation=1, lr=3e-3, master="fp32", moments="fp32"):
     """A ds_config for the tiny GPT.
 
     ``torch_adam`` (when nothing is offloaded) keeps DeepSpeed from compiling its FusedAdam op: torch's Adam
@@ -41,7 +41,18 @@ def make_config(stage=2, offload_optimizer="none", offload_param="none", precisi
     }
     if precision in ("fp16", "bf16"):
         config[precision] = {"enabled": True}
+    if master == "bf16":  # DeepSpeed 0.18.3+: bf16 master weights and gradients, and bf16 Adam moments
+        config["bf16"].update(bf16_master_weights_and_grads=True, bf16_optimizer_states=moments == "bf16")
     return config
+
+
+def low_precision_state(config):
+    """(master, moments): "bf16" where the config's bf16 block asks DeepSpeed for bf16 master weights (and
+    gradients) or bf16 Adam moments, else "fp32"."""
+    bf16 = config.get("bf16") if isinstance(config.get("bf16"), dict) else {}
+    master = "bf16" if bf16.get("bf16_master_weights_and_grads") is True else "fp32"
+    moments = "bf16" if master == "bf16" and bf16.get("bf16_optimizer_states") is True else "fp32"
+    return master, moments
 
 
 def describe(config):

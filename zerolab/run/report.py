@@ -8,7 +8,7 @@ Where measured and predicted differ by more than 1%, a note says why, when the r
 from dataclasses import dataclass, field
 
 from zerolab.i18n import tr
-from zerolab.memory import estimate
+from zerolab.memory import MASTER_BYTES, estimate
 from zerolab.run.measure import COMPONENTS
 from zerolab.units import format_bytes
 
@@ -25,11 +25,13 @@ _PAPER_NAMES = {"param_bytes": "params", "grad_bytes": "grads", "master_weight_b
                 "optimizer_state_bytes": "optimizer_states"}
 
 
-def predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest_layer):
-    """Per-rank bytes of each component for ``ranks`` ranks on one node, from zerolab.memory.estimate."""
+def predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest_layer, master="fp32",
+            moments="fp32"):
+    """Per-rank bytes of each component for ``ranks`` ranks on one node, from zerolab.memory.estimate. With bf16
+    master weights (``master``) the optimizer's gradient partition is bf16 too: half of DeepSpeed's fp32 term."""
     options = dict(gpus_per_node=ranks, offload_optimizer=offload_optimizer, offload_param=offload_param,
                    precision=precision)
-    paper = estimate(params, stage, accounting="paper", **options)
+    paper = estimate(params, stage, accounting="paper", master=master, moments=moments, **options)
     deepspeed = estimate(params, stage, accounting="deepspeed", largest_layer_params=largest_layer, **options)
 
     def per_rank(result, name):
@@ -37,7 +39,7 @@ def predict(params, stage, ranks, offload_optimizer, offload_param, precision, l
         return round(parts["gpu"].get(name, 0) + (parts["cpu"].get(name, 0) + parts["nvme"].get(name, 0)) / ranks)
 
     predicted = {key: per_rank(paper, name) for key, name in _PAPER_NAMES.items()}
-    predicted["fp32_grad_bytes"] = per_rank(deepspeed, "fp32_grads")
+    predicted["fp32_grad_bytes"] = per_rank(deepspeed, "fp32_grads") * MASTER_BYTES[master] // MASTER_BYTES["fp32"]
     return {key: predicted[key] for key in COMPONENTS}
 
 
