@@ -268,11 +268,13 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # How much GPU memory does this config need for a 13B model on 8 GPUs? zerolab computes the model states (parameters,
 # gradients, optimizer states) in both accountings from lesson 01: the ZeRO paper's (K = 12 bytes of optimizer
 # state per parameter) and DeepSpeed's own estimator, which also counts 4 bytes of partitioned fp32 gradients.
+# (DeepSpeed 0.18.3 and later can keep the master weights and Adam's moments in bf16, K = 6: this config does not;
+# `zerolab estimate --help` shows how to count it.) <!-- claim: bf16-master-and-moments-make-k-6 -->
 
-# %% [markdown] lang="zh" en="01cc1c7dbace"
+# %% [markdown] lang="zh" en="aaedf9500ef3"
 # ## 这份配置对显存的影响
 #
-# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。
+# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。（DeepSpeed 0.18.3 及之后的版本可以把主权重和 Adam 的动量保存为 bf16，K = 6：这份配置没有这样做；`zerolab estimate --help` 说明了怎样计算它。）<!-- claim: bf16-master-and-moments-make-k-6 -->
 
 # %%
 from zerolab.checks import learner_value
