@@ -118,7 +118,7 @@ def grade_once(lesson, jobs):
     """One run: a fresh course, every student graded; {student: {test grade_id: score}}, statuses, seconds."""
     from nbgrader.api import Gradebook
 
-    with tempfile.TemporaryDirectory(prefix=f"handwritten-{lesson}-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"sandbox-class-{lesson}-") as folder:
         course = make_course(lesson, Path(folder))
         started = time.perf_counter()
         done = zerolab_grade(course, lesson, "--jobs", str(jobs))

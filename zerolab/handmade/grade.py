@@ -28,9 +28,8 @@ def zero1(ranks, hyper=None, steps=4, name="ShardedAdamW", cell=None, groups="no
     zerolab.handmade.model.param_groups (model.NO_DECAY_ON_BIASES, the default: weights decayed, biases not; None:
     one group)."""
     hyper = dict(hyper or DEFAULT_HYPER)
-    results = _run("zero1", name, cell, ranks, hyper=hyper, steps=steps, groups=groups)
-    _raise(verdict.zero1_problem(results, hyper, steps, groups))
-    return results
+    job = {"kind": "zero1", "source": learner_cell(name, cell), "hyper": hyper, "steps": steps, "groups": groups}
+    return harness.run_checked(job, ranks, lambda results: verdict.zero1_problem(results, hyper, steps, groups))
 
 
 def learner_cell(name, cell=None):
@@ -59,10 +58,6 @@ def _refuse_reference(partition, cell):
                              "until partition computes the shares itself: pad the total to a multiple of 2N, cut "
                              "it into N equal shares and turn each share into (param_index, start, end) ranges, in "
                              "your own code")
-
-
-def _run(kind, name, cell, ranks, **job):
-    return harness.run_checked(dict(job, kind=kind, source=learner_cell(name, cell)), ranks)
 
 
 def _raise(problem):
