@@ -102,8 +102,11 @@ def test_loss_falls_and_no_process_outlives_the_run(runs, name):
     assert still_running(watch.pids) == []
 
 
-def test_fp32_stage2_master_copy_is_the_documented_difference():
-    result = run(make_config(2, precision="fp32"), ranks=RANKS, steps=2, progress=False)
+@pytest.mark.parametrize("stage", [1, 2])
+def test_fp32_master_copy_at_stages_1_and_2_is_the_documented_difference(stage):
+    """Lesson 08's claim fp32-master-copy-in-fp32-training: stage_1_and_2.py keeps an fp32 master partition even
+    when the parameters are fp32 already."""
+    result = run(make_config(stage, precision="fp32"), ranks=RANKS, steps=2, progress=False)
     params = count_params(TinyGPT(ModelSpec()))
     assert result.predicted["master_weight_bytes"] == 0  # the paper: fp32 training needs no master copy
     row = next(row for row in result.rows() if row[0] == "master_weight_bytes")

@@ -466,11 +466,11 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 #
 # - **selective recomputation**: recompute the attention core during backward (drops the s x s part);
 # - **full recomputation** (activation checkpointing): keep only each layer's input, and run the layer's
-#   forward again during its backward.
+#   forward again during its backward. <!-- claim: checkpoint-keeps-only-each-layer-input -->
 #
 # `zerolab.activations` counts them term by term for a decoder's shape; `zerolab.models` has published shapes:
 
-# %% [markdown] lang="zh" en="159d54941e6d"
+# %% [markdown] lang="zh" en="102246bf9816"
 # ## 5. 放得下吗？激活值与整体预算
 #
 # 模型状态是 ZeRO 切分的对象。训练还要保存**激活值**：前向传播存下来、供反向传播计算梯度用的张量。ZeRO 不切分激活值：每张 GPU 保存自己那个微批次（micro-batch）的激活值，它们随序列长度和微批次大小增长。
@@ -478,7 +478,7 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # Korthikanti 等人 2022 年的论文（"Reducing Activation Recomputation in Large Transformer Models"，第 4 节）统计了一个 GPT 层在 16 位下的激活值：sbh(34 + 5as/h) 字节，其中 s 是每条序列的 token 数，b 是每个微批次的序列数，h 是隐藏维度，a 是注意力头数。5as/h 这一项是 s x s 的注意力分数；融合（"flash"）注意力内核完全不保存它们。有两种用计算换显存的办法：
 #
 # - **选择性重计算**：在反向传播时重新计算注意力核心部分（去掉 s x s 那一项）；
-# - **完全重计算**（激活检查点）：只保存每一层的输入，在该层反向传播时把它的前向再跑一遍。
+# - **完全重计算**（激活检查点）：只保存每一层的输入，在该层反向传播时把它的前向再跑一遍。<!-- claim: checkpoint-keeps-only-each-layer-input -->
 #
 # `zerolab.activations` 按解码器的结构逐项统计激活值；`zerolab.models` 收录了已公开模型的结构：
 

@@ -574,14 +574,15 @@ else:
 
 # %% [markdown]
 # Read the table: both keep 1/N of Adam's moments. DeepSpeed also keeps an fp32 master copy of its share, even in
-# fp32 training. Its gradient column is measured after `engine.backward`, which in DeepSpeed 0.19.8 has already
+# fp32 training. <!-- claim: fp32-master-copy-in-fp32-training -->
+# Its gradient column is measured after `engine.backward`, which in DeepSpeed 0.19.8 has already
 # reduced the gradients into this rank's averaged share and freed the full ones; during backward they were all
 # resident, as yours are until your `step()`. DeepSpeed's ZeRO-2 is what keeps the peak down during backward: it
 # reduces a bucket of gradients at a time from gradient hooks and frees what the rank does not own as it goes.
 # Your `Zero2Gradients` (exercise 3) does the same; your `ShardedAdamW` alone, like stage 1, does not.
 
-# %% [markdown] lang="zh" en="d095c3a96850"
-# 看这张表：两者都只保存 1/N 的 Adam 矩。DeepSpeed 还为自己的分片保留一份 fp32 主权重，即使是 fp32 训练也一样。它的梯度列是在 `engine.backward` 之后实测的，而在 DeepSpeed 0.19.8 中，此时梯度已经规约进本 rank 平均后的分片，完整的梯度已被释放；在反向传播期间它们是全部常驻的，就像你的梯度在你的 `step()` 之前一样。让反向传播期间的峰值降下来的是 DeepSpeed 的 ZeRO-2：它从梯度钩子里一次规约一个桶的梯度，并随即释放本 rank 不拥有的部分。你的 `Zero2Gradients`（练习 3）也是这样做的；单独使用你的 `ShardedAdamW` 时，和 stage 1 一样，做不到这一点。
+# %% [markdown] lang="zh" en="464c899abb65"
+# 看这张表：两者都只保存 1/N 的 Adam 矩。DeepSpeed 还为自己的分片保留一份 fp32 主权重，即使是 fp32 训练也一样。<!-- claim: fp32-master-copy-in-fp32-training -->它的梯度列是在 `engine.backward` 之后实测的，而在 DeepSpeed 0.19.8 中，此时梯度已经规约进本 rank 平均后的分片，完整的梯度已被释放；在反向传播期间它们是全部常驻的，就像你的梯度在你的 `step()` 之前一样。让反向传播期间的峰值降下来的是 DeepSpeed 的 ZeRO-2：它从梯度钩子里一次规约一个桶的梯度，并随即释放本 rank 不拥有的部分。你的 `Zero2Gradients`（练习 3）也是这样做的；单独使用你的 `ShardedAdamW` 时，和 stage 1 一样，做不到这一点。
 
 # %% [markdown]
 # What ZeRO-1 communicates
