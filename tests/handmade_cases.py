@@ -197,7 +197,7 @@ WRONG_ZERO2 = {
     # gradient overfills the bucket (1500 and 700 elements here), wrong with 970 (a bias of 31, then a weight of 961)
     "sends_the_bucket_when_it_is_not_full": (lambda: mutate(
         ZERO2, "self.used + grad.numel() > self.bucket.numel()", "self.used + grad.numel() < self.bucket.numel()"),
-        "raised RuntimeError at line"),
+        "with bucket_elements=970: rank 0 of 2 raised RuntimeError at line"),
     "imports_the_reference": (lambda: "from zerolab.handmade.sharded import ShardedAdamW\n" + solution_cell(ZERO2),
                               "uses the course's own reference implementation"),
 }

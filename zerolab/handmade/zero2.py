@@ -11,5 +11,6 @@ def zero2_hooks(ranks, hyper=None, steps=3, bucket_elements=BUCKET_ELEMENTS, cel
     text = grade.learner_cell(name, cell)
     job = {"kind": "zerolab.handmade.zero2_rank:run", "cell": text, "name": name, "hyper": hyper, "steps": steps,
            "bucket_elements": bucket_elements}
-    return harness.run_checked(job, ranks,
-                               lambda results: zero2_verdict.problem(results, hyper, steps, bucket_elements))
+    failed = "" if bucket_elements == BUCKET_ELEMENTS else f"with bucket_elements={bucket_elements}: "
+    judged = lambda results: zero2_verdict.problem(results, hyper, steps, bucket_elements)  # noqa: E731
+    return harness.run_checked(job, ranks, judged, failed=failed)
