@@ -100,6 +100,23 @@ def real_files(folder):
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
+def test_each_stage_writes_the_files_lesson_09_names(saved, stage):
+    """Lesson 09's claim save-checkpoint-files-per-stage: below stage 3 rank 0 alone writes the module's bf16
+    weights whole (mp_rank_00_model_states.pt); at stage 3 every rank writes a model-states file of its own; every
+    rank writes its optimizer-states file, bf16_-prefixed in bf16."""
+    folder, ranks = saved[f"stage{stage}"]
+    files = real_files(folder)
+    optim = {f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(RANKS)}
+    per_rank_models = {f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt" for rank in range(RANKS)}
+    assert set(files) == optim | (per_rank_models if stage == 3 else {"mp_rank_00_model_states.pt"})
+    if stage < 3:
+        module = torch.load(files["mp_rank_00_model_states.pt"], map_location="cpu", weights_only=False)["module"]
+        whole = sum(len(values) for values in ranks[0]["final"]["params"].values())
+        assert {tensor.dtype for tensor in module.values()} == {torch.bfloat16}
+        assert sum(tensor.numel() for tensor in module.values()) == whole
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_inspect_describes_each_stage_as_torch_load_sees_it(saved, stage):
     from zerolab.ckpt.inspect import inspect_checkpoint
 

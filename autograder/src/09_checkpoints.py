@@ -72,6 +72,7 @@ print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WO
 # - **optimizer states**: one `bf16_zero_pp_rank_<R>_mp_rank_00_optim_states.pt` per rank (no `bf16_` prefix in
 #   fp16 or fp32): the rank's partition of the fp32 master weights and of Adam's two moments, the states lesson 01
 #   counted as K = 12 bytes per parameter, split over the ranks at every stage from 1 on.
+#   <!-- claim: save-checkpoint-files-per-stage -->
 #
 # ### Exercise 1: predict the file sizes (3 points)
 #
@@ -81,13 +82,13 @@ print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WO
 # unit (`"1.5 GB"`, `"1.4 GiB"`); the test accepts 1 % either way. The test cell checks the lesson's model; hidden
 # tests check other sizes, stages and rank counts against `zerolab.memory`, which is off limits in your cell.
 
-# %% [markdown] lang="zh" en="bacacba54ca3"
+# %% [markdown] lang="zh" en="4a618f4c376c"
 # ## 1. `save_checkpoint` 写了什么
 #
 # `engine.save_checkpoint(save_dir)` 会写出一个 **tag 文件夹**（默认名为 `global_step<N>`），最后再写一个记录 tag 的文件 `latest`。它还会把 DeepSpeed 的 `zero_to_fp32.py` 复制到 `save_dir`。tag 文件夹里有：
 #
 # - **模型状态（model states）**：stage 0-2 时是 `mp_rank_00_model_states.pt`，只由 rank 0 写出：模块完整的 16 位权重，加上参数名和形状、步数计数器和 `ds_config`。stage 3 时每个 rank 各写一个 `zero_pp_rank_<R>_mp_rank_00_model_states.pt`，而其中的模块只有占位符（第 2 节说明原因）。
-# - **优化器状态（optimizer states）**：每个 rank 一个 `bf16_zero_pp_rank_<R>_mp_rank_00_optim_states.pt`（fp16 或 fp32 时没有 `bf16_` 前缀）：该 rank 那一份 fp32 主权重和 Adam 的两个矩，也就是第 01 课算作每参数 K = 12 字节的那些状态，从 stage 1 起在每个 stage 都按 rank 切分。
+# - **优化器状态（optimizer states）**：每个 rank 一个 `bf16_zero_pp_rank_<R>_mp_rank_00_optim_states.pt`（fp16 或 fp32 时没有 `bf16_` 前缀）：该 rank 那一份 fp32 主权重和 Adam 的两个矩，也就是第 01 课算作每参数 K = 12 字节的那些状态，从 stage 1 起在每个 stage 都按 rank 切分。<!-- claim: save-checkpoint-files-per-stage -->
 #
 # ### 练习 1：预测文件大小（3 分）
 #
