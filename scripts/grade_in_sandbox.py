@@ -17,6 +17,7 @@ tests/test_sandbox_grading.py checks that the committed result is fresh and that
 """
 import argparse
 import csv
+import functools
 import hashlib
 import json
 import shutil
@@ -40,10 +41,13 @@ LESSONS = tuple(sorted({*variants.LESSON_HANDWRITTEN, *(path.name.split(".")[0]
 RESULT = ROOT / "docs" / "sandbox_grading.json"
 
 
+@functools.cache
 def source_notebook(lesson):
+    """The lesson's nbgrader source, read once (callers only read it)."""
     return nbformat.read(COURSE / "source" / lesson / f"{lesson}.ipynb", as_version=4)
 
 
+@functools.cache
 def points(lesson):
     """{test grade_id: points} of the lesson's source notebook."""
     source = source_notebook(lesson)
@@ -61,14 +65,15 @@ def digest(lesson):
     return hashed.hexdigest()[:16]
 
 
+@functools.cache
 def answers(lesson):
     """{exercise: [(kind, name, source)]}: the lesson's hand-written answers ("wrong", "right") and its allowlisted
     mutants ("equivalent", named by their diff)."""
     listed = {exercise: [(kind, name, text) for kind in ("wrong", "right") for name, text in cases[kind].items()]
               for exercise, cases in variants.lesson_answers(ROOT, lesson).items()}
     allowlist, _ = variants.settings(COURSE / "src" / f"{lesson}.equivalent.toml")
-    solutions = {grade_id: source_notebook(lesson).cells[index].source
-                 for grade_id, index, _ in variants.exercises(source_notebook(lesson))}
+    source = source_notebook(lesson)
+    solutions = {grade_id: source.cells[index].source for grade_id, index, _ in variants.exercises(source)}
     for exercise, source in solutions.items():
         named = {exercise_mutant for exercise_mutant in allowlist if exercise_mutant[0] == exercise}
         for mutant in mutants.mutants(source, mutants.solution_lines(source)):

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import re
 import sys
@@ -168,17 +169,27 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.fixture
-def fresh_launcher(monkeypatch):
+@contextlib.contextmanager
+def probe_launcher():
     """A warm rank launcher (zerolab.handmade.rank_launcher) that can import tests/rank_probe.py, started by the
-    first job of the test: jobs of kind "rank_probe:FUNCTION" run that probe on the ranks."""
+    first job inside: jobs of kind "rank_probe:FUNCTION" run that probe on the ranks."""
     from pathlib import Path
 
     from zerolab.handmade import rank_launcher
 
     tests = Path(__file__).resolve().parent
     rank_launcher.shut_down()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])))
-    monkeypatch.chdir(tests.parent)
-    yield
-    rank_launcher.shut_down()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])))
+        patch.chdir(tests.parent)
+        try:
+            yield
+        finally:
+            rank_launcher.shut_down()
+
+
+@pytest.fixture
+def fresh_launcher():
+    """probe_launcher for one test."""
+    with probe_launcher():
+        yield

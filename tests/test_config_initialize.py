@@ -3,11 +3,10 @@ master weights and gradients (bf16.bf16_master_weights_and_grads) with and witho
 offload and torch's Adam, at stages 1-3, on one CPU rank. check never says a config is fine that initialize
 refuses, and when it refuses, it quotes DeepSpeed's reason."""
 import itertools
-import os
-from pathlib import Path
 
 import pytest
 
+from conftest import probe_launcher
 from zerolab.config import check_config
 
 REASON = "Master weights feature requires"
@@ -33,19 +32,12 @@ CASES += [config(2, False, False, False, True),  # no bf16 master weights: the u
 
 @pytest.fixture(scope="module")
 def initialized():
-    """DeepSpeed's answer to each case, from one rank (conftest's fresh_launcher, for a whole module)."""
-    from zerolab.handmade import harness, rank_launcher
+    """DeepSpeed's answer to each case, from one rank."""
+    from zerolab.handmade import harness
 
-    tests = Path(__file__).resolve().parent
-    rank_launcher.shut_down()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])))
-        patch.chdir(tests.parent)
-        try:
-            [outcomes] = harness.run({"kind": "rank_probe:deepspeed_initializes", "configs": CASES}, 1, timeout=300,
-                                     progress=False)
-        finally:
-            rank_launcher.shut_down()
+    with probe_launcher():
+        [outcomes] = harness.run({"kind": "rank_probe:deepspeed_initializes", "configs": CASES}, 1, timeout=300,
+                                 progress=False)
     return outcomes
 
 

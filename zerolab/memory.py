@@ -149,9 +149,11 @@ def estimate(params, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", 
 
 
 def estimate_all(params, gpus_per_node=1, nodes=1, stage=None, **options):
-    """One Estimate per valid (stage, offload) combination, in the order of :func:`combinations`."""
+    """One Estimate per valid (stage, offload) combination, in the order of :func:`combinations` (stages 1-3 only
+    with bf16 master weights: stage 0 has no ZeRO optimizer to keep them)."""
+    low_precision = options.get("master", "fp32") != "fp32"
     return [estimate(params, s, gpus_per_node, nodes, offload_optimizer=opt, offload_param=par, **options)
-            for s, opt, par in combinations(stage)]
+            for s, opt, par in combinations(stage) if not (low_precision and s == 0)]
 
 
 def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,

@@ -78,9 +78,7 @@ def run(args):
             if args.offload_optimizer != "none" or args.offload_param != "none":
                 raise UserError("--offload-optimizer and --offload-param need --stage; "
                                 "without --stage every combination is listed")
-            stages = (1, 2, 3) if args.master == "bf16" else memory.STAGES  # stage 0 has no ZeRO optimizer
-            rows = [row for stage in stages
-                    for row in memory.estimate_all(args.params, args.gpus_per_node, args.nodes, stage, **options)]
+            rows = memory.estimate_all(args.params, args.gpus_per_node, args.nodes, **options)
         else:
             rows = [memory.estimate(args.params, args.stage, args.gpus_per_node, args.nodes,
                                     offload_optimizer=args.offload_optimizer, offload_param=args.offload_param,
