@@ -102,3 +102,29 @@ def test_in_a_notebook_the_op_line_stays_and_the_run_goes_on_below(monkeypatch):
     assert len(shown) == 2, [handle.texts for handle in shown]
     assert shown[0].texts[0].startswith("compiling cpu_adam") and "compiled now" in shown[0].texts[-1]
     assert shown[1].texts == ["step 1/2  loss 4.900  0.10 s"]
+
+
+def test_a_step_still_queued_when_every_rank_has_ended_is_shown():
+    # One fast step: the rank can print its last event and exit before the follower reads the line; the final
+    # drain must hand that event on, or `zerolab run --steps 1` shows no step at all.
+    import json
+    import queue
+    import threading
+
+    from zerolab.run import launch
+
+    class Ended:
+        returncode = 0
+
+        def poll(self):
+            return 0
+
+    events = [{"event": "phase", "rank": 0, "phase": "initialize"},
+              {"event": "step", "rank": 0, "step": 1, "steps": 1, "loss": 2.0, "seconds": 0.1}]
+    lines = queue.Queue()
+    for event in events:
+        lines.put((0, launch.EVENT_PREFIX + json.dumps(event) + "\n"))
+    seen, reader = [], threading.Thread(target=lambda: None)
+    reader.start()
+    launch._follow([Ended()], [reader], lines, [[]], "/nonexistent", time.monotonic() + 60, 60, seen.append, None)
+    assert seen == events

@@ -131,7 +131,7 @@ def _follow(processes, readers, lines, tails, result_dir, deadline, timeout, on_
                 continue
             if code != 0:
                 readers[rank].join(timeout=2)  # its last lines: the error
-                _drain(lines, tails)
+                _drain(lines, tails, on_event)
                 _fail(rank, processes, tails, result_dir)
             finished.add(rank)
         if time.monotonic() > deadline:
@@ -140,7 +140,7 @@ def _follow(processes, readers, lines, tails, result_dir, deadline, timeout, on_
                              log_tail="\n".join(line for tail in tails for line in tail))
     for reader in readers:
         reader.join(timeout=2)
-    _drain(lines, tails)
+    _drain(lines, tails, on_event)  # a fast rank's last step can still be in the queue when every rank has ended
 
 
 def _fail(rank, processes, tails, result_dir):
@@ -155,7 +155,7 @@ def _fail(rank, processes, tails, result_dir):
     raise RunFailed(explain_failure(rank, error, process.returncode, tail), rank=rank, log_tail=tail)
 
 
-def _drain(lines, tails):
+def _drain(lines, tails, on_event=None):
     while True:
         try:
             rank, line = lines.get_nowait()
@@ -163,6 +163,8 @@ def _drain(lines, tails):
             return
         if not line.startswith(EVENT_PREFIX):
             tails[rank].append(line.rstrip("\n"))
+        elif on_event:
+            on_event(json.loads(line[len(EVENT_PREFIX):]))
 
 
 def _follow_log(rank, path, process, lines, interval=0.05):
