@@ -11,10 +11,10 @@ import sys
 import time
 import timeit
 
-from zerolab.comm import step_time, traffic
-from zerolab.fit import fit
-from zerolab.models import preset
-from zerolab.memory import combinations, estimate
+from zerolab.engine.comm import step_time, traffic
+from zerolab.sizing.fit import fit
+from zerolab.engine.models import preset
+from zerolab.engine.memory import combinations, estimate
 
 
 def per_call_us(fn, number=2000):
@@ -40,10 +40,10 @@ def main():
         ms = per_call_us(lambda: fit(preset(name), 4096, 80 * 10**9, 8, nodes), number=20) / 1000
         print(f"fit({name}, 8 x {nodes} GPUs):    {ms:7.1f} ms per full table (target < 50 ms)")
     heavy = "import sys; print([m for m in ('torch', 'deepspeed', 'matplotlib', 'ipywidgets') if m in sys.modules])"
-    seconds, loaded = fresh_interpreter("import zerolab.memory, zerolab.comm; " + heavy)
-    print(f"import zerolab.memory, comm:    {seconds:7.2f} s  heavy modules loaded: {loaded}")
+    seconds, loaded = fresh_interpreter("import zerolab.engine.memory, zerolab.engine.comm; " + heavy)
+    print(f"import zerolab.engine.memory, comm:    {seconds:7.2f} s  heavy modules loaded: {loaded}")
     seconds, loaded = fresh_interpreter(
-        "import io, contextlib; from zerolab.cli import main\n"
+        "import io, contextlib; from zerolab.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()): main(['estimate', '--params', '13B'])\n" + heavy)
     print(f"zerolab estimate --params 13B:  {seconds:7.2f} s  heavy modules loaded: {loaded}")
 

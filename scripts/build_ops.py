@@ -5,7 +5,7 @@
 The op is CPU Adam (used with optimizer offload). DeepSpeed's shared-memory communication op is not built: only
 tensor-parallel inference uses it, and the course's runs tell DeepSpeed to skip it
 (zerolab.run.op_cache.skip_shm_comm_op). The op is compiled with g++ and ninja on first use and cached in this virtual environment's own folder,
-.venv/torch_extensions (zerolab.tools.own_extensions_root; $TORCH_EXTENSIONS_DIR overrides it), so another
+.venv/torch_extensions (zerolab.base.interpreter.own_extensions_root; $TORCH_EXTENSIONS_DIR overrides it), so another
 checkout's venv never rebuilds it; an op already cached loads in a second. A line every 15 s shows the build is alive.
 `bash scripts/setup.sh` runs it in the background (log: .venv/build_ops.log); a run that needs an op meanwhile
 waits for this build (torch's lock in the op's folder) and shows its progress (zerolab/run/progress.py).

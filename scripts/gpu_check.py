@@ -3,20 +3,20 @@
     python scripts/gpu_check.py [--layers 8 --width 1024 --steps 4]
 
 It trains a GPT-shaped model (sized to fit a 16 GB T4 with room to spare) through zerolab.run on one GPU,
-then prints the GPU memory DeepSpeed really allocated next to zerolab.memory's prediction of the model
+then prints the GPU memory DeepSpeed really allocated next to zerolab.engine.memory's prediction of the model
 states on the GPU (ZeRO-2 + offload keeps only the fp16 parameters there: 2 bytes per parameter), and the bytes
-the traffic meter saw cross between GPU and host each direction next to zerolab.deepspeed_traffic's model.
+the traffic meter saw cross between GPU and host each direction next to zerolab.engine.deepspeed_traffic's model.
 Before that it measures the activation peak of a stack of the paper's GPT blocks (zerolab.run.blocks, bf16,
 explicit attention with dropout): torch.cuda.max_memory_allocated during the forward pass, minus what was
-allocated before it, next to zerolab.activations (on CUDA, dropout keeps 1-byte masks, as the paper counts).
+allocated before it, next to zerolab.engine.activations (on CUDA, dropout keeps 1-byte masks, as the paper counts).
 Where there is no CUDA it says so and exits 0.
 """
 import argparse
 import sys
 
-from zerolab.memory import estimate
+from zerolab.engine.memory import estimate
 from zerolab.run import ModelSpec, RunFailed, make_config, run
-from zerolab.units import format_bytes
+from zerolab.engine.units import format_bytes
 
 REDUCE_BUCKET = 50_000_000  # elements; DeepSpeed's 5e8 default would hold 1 GB of fp16 bucket on a small card
 
@@ -72,7 +72,7 @@ def main(argv=None):
     traffic_ok = True
     for key in ("device_to_host_bytes", "host_to_device_bytes"):
         print(f"  {key} per optimizer step: measured {measured[key]:,} B (zerolab.run.meter, real PCIe copies), "
-              f"predicted {predicted[key]:,} B (zerolab.deepspeed_traffic, DeepSpeed 0.19.8)")
+              f"predicted {predicted[key]:,} B (zerolab.engine.deepspeed_traffic, DeepSpeed 0.19.8)")
         traffic_ok = traffic_ok and measured[key] == predicted[key]
     ok = (abs(after_init - rows[0][1]) <= 0.05 * rows[0][1] + REDUCE_BUCKET * 2 * 2 and result.loss[-1] < result.loss[0]
           and traffic_ok and activation_ok)
@@ -82,8 +82,8 @@ def main(argv=None):
 
 def activation_peak(torch, layers, hidden, heads, seq_len, micro_batch):
     """Forward peak of a block stack on the GPU against the paper's and the CPU-measured (real_block) accountings."""
-    from zerolab.activations import activation_memory
-    from zerolab.models import Decoder
+    from zerolab.engine.activations import activation_memory
+    from zerolab.engine.models import Decoder
     from zerolab.run.blocks import GPTBlock
 
     model = Decoder("check", layers, hidden, heads, 4 * hidden, 1000)

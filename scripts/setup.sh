@@ -6,8 +6,9 @@
 #                                    .venv/build_ops.log; a run that needs it waits for it with a progress line
 #   bash scripts/setup.sh --grading  also what grading and the full test suite need: bubblewrap (the sandbox
 #                                    `zerolab grade` runs student code in), Debian's chromium and Playwright
-#                                    (the real-browser test), jupyter-repo2docker (the Binder check); waits for
-#                                    the op, which the suite needs
+#                                    (the real-browser test), jupyter-repo2docker (the Binder check), slurm-wlm
+#                                    and munge (the Slurm test: scripts/slurm_local.sh); waits for the op, which
+#                                    the suite needs
 # Safe to run again: what is already there is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,13 +38,25 @@ trap 'kill "$ops" 2>/dev/null || true' EXIT  # a failed step below stops the com
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+lean=()  # installed without recommended packages, as scripts/slurm_local.sh installs them
+command -v slurmctld >/dev/null || lean+=(slurm-wlm)
+command -v munged >/dev/null || lean+=(munge)
+missing+=("${lean[@]}")
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+        apt-get update -qq
+        for package in "${missing[@]}"; do
+            if [[ " ${lean[*]} " == *" $package "* ]]; then
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package"
+            else
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package"
+            fi
+        done
     else
         echo "setup: ${missing[*]} missing and cannot be installed from here (not root, or no apt-get):" \
              "install the Debian packages; without bubblewrap \`zerolab grade\` grades in its weaker, labelled" \
-             "caps-only mode, without chromium the browser test skips itself" >&2
+             "caps-only mode, without chromium the browser test skips itself, without slurm-wlm and munge the Slurm" \
+             "test does" >&2
     fi
 fi
 wait "$ops"  # its exit status is the set-up's: a failed compile fails the set-up

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.run.launch import free_port
-from zerolab.tools import env_with_interpreter_bin, python_module
+from zerolab.base.interpreter import env_with_interpreter_bin, python_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

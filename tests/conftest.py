@@ -11,7 +11,8 @@ from tests.submissions.graded import graded_corpus  # noqa: E402,F401 (one unsha
 
 # pyproject.toml runs the suite on 2 pytest-xdist workers. A worker takes a whole test module at a time, so a
 # module's fixtures are built once; modules that share a session fixture (named here) go to one worker together.
-SHARED_SESSION_FIXTURES = {"graded_corpus": ("tests/test_grading_corpus.py", "tests/test_grading_shards.py")}
+SHARED_SESSION_FIXTURES = {"graded_corpus": ("tests/test_grading_corpus.py", "tests/test_grading_shards.py",
+                                              "tests/test_slurm_grading.py")}
 _UNIT_OF_MODULE = {module: fixture for fixture, modules in SHARED_SESSION_FIXTURES.items() for module in modules}
 # Modules that execute whole lessons with their real teaching runs, which the session's run cache holds once
 # (tests/session_cache.py): their tests go to workers a lesson at a time, so one lesson's executions follow each
@@ -111,7 +112,7 @@ def pytest_sessionstart(session):
 def _built_ops():
     """{op: (library mtime, build.ninja text)} of this venv's compiled DeepSpeed ops: a recompile during the suite
     costs minutes of CPU, and the build file says which command differed (a CI run saw one, cause unknown)."""
-    from zerolab.tools import own_extensions_root
+    from zerolab.base.interpreter import own_extensions_root
 
     root = own_extensions_root()
     found = {}
@@ -171,11 +172,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 @contextlib.contextmanager
 def probe_launcher():
-    """A warm rank launcher (zerolab.handmade.rank_launcher) that can import tests/rank_probe.py, started by the
+    """A warm rank launcher (zerolab.handmade.core.rank_launcher) that can import tests/rank_probe.py, started by the
     first job inside: jobs of kind "rank_probe:FUNCTION" run that probe on the ranks."""
     from pathlib import Path
 
-    from zerolab.handmade import rank_launcher
+    from zerolab.handmade.core import rank_launcher
 
     tests = Path(__file__).resolve().parent
     rank_launcher.shut_down()

@@ -52,7 +52,7 @@ WRONG = {
         PARTITION, "alignment = 2 * world_size", "alignment = world_size"),
         "padded to a multiple of N"),
     "partition_imports_the_reference": (PARTITION, lambda: (
-        "from zerolab.handmade.partition import flat_partition as split\n\n\n"
+        "from zerolab.handmade.core.partition import flat_partition as split\n\n\n"
         "def partition(numels, world_size):\n    return split(numels, world_size)\n"),
         "uses the course's reference answer (flat_partition); this exercise scores 0"),
     "partition_reaches_the_reference_through_verdict": (PARTITION, lambda: (
@@ -121,7 +121,7 @@ WRONG = {
         "                         weight_decay=weight_decay)\n"),
         "uses torch's ZeroRedundancyOptimizer, which does the sharding for you; this exercise scores 0"),
     "zero1_subclasses_the_reference": (ZERO1, lambda: (
-        "class ShardedAdamW(__import__('zerolab.handmade.sharded', fromlist=['_']).ShardedAdamW):\n"
+        "class ShardedAdamW(__import__('zerolab.handmade.zero1.reference', fromlist=['_']).ShardedAdamW):\n"
         "    pass\n"),
         "uses the course's own reference implementation"),
     "zero1_calls_deepspeed": (ZERO1, lambda: mutate(
@@ -198,7 +198,7 @@ WRONG_ZERO2 = {
     "sends_the_bucket_when_it_is_not_full": (lambda: mutate(
         ZERO2, "self.used + grad.numel() > self.bucket.numel()", "self.used + grad.numel() < self.bucket.numel()"),
         "with bucket_elements=970: rank 0 of 2 raised RuntimeError at line"),
-    "imports_the_reference": (lambda: "from zerolab.handmade.sharded import ShardedAdamW\n" + solution_cell(ZERO2),
+    "imports_the_reference": (lambda: "from zerolab.handmade.zero1.reference import ShardedAdamW\n" + solution_cell(ZERO2),
                               "uses the course's own reference implementation"),
 }
 

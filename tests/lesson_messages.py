@@ -1,4 +1,4 @@
-"""The messages a learner reads in a lesson's code cells, as catalog keys (zerolab/i18n.py): every assert's
+"""The messages a learner reads in a lesson's code cells, as catalog keys (zerolab/base/i18n.py): every assert's
 message and every literal passed to tr(), an f-string's values written `{}`."""
 import ast
 
@@ -41,11 +41,11 @@ def messages(source):
     return [(line, key) for line, key in found if key]
 
 
-FEEDBACK_ARGUMENTS = ("hint", "slips")  # zerolab.checks' helpers put these into their messages (and tr() them)
+FEEDBACK_ARGUMENTS = ("hint", "slips")  # zerolab.lesson.checks' helpers put these into their messages (and tr() them)
 
 
 def feedback_arguments(source):
-    """[(line, key)] of the literal hints and slip messages a code cell passes to zerolab.checks' helpers
+    """[(line, key)] of the literal hints and slip messages a code cell passes to zerolab.lesson.checks' helpers
     (``hint="..."``, ``slips={ratio: "..."}``): the learner reads them inside the helper's message, so each needs
     a catalog entry like an assert's message."""
     found = []

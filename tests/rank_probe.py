@@ -1,4 +1,4 @@
-"""A job for zerolab.handmade.harness that reports where its rank ran (tests/test_rank_launcher.py)."""
+"""A job for zerolab.handmade.core.harness that reports where its rank ran (tests/test_rank_launcher.py)."""
 import os
 
 import psutil
@@ -19,7 +19,7 @@ def deepspeed_collectives(job, namespace):
     import deepspeed.ops
     from deepspeed.comm.torch import TorchBackend
 
-    from zerolab.handmade import model as fixed
+    from zerolab.handmade.core import model as fixed
     from zerolab.run.op_cache import skip_shm_comm_op
 
     offered = deepspeed.ops.__compatible_ops__.get("deepspeed_shm_comm", False)
@@ -55,7 +55,7 @@ def deepspeed_initializes(job, namespace):
     fixed model, each on a fresh copy of it (tests/test_config_initialize.py)."""
     import deepspeed
 
-    from zerolab.handmade import model as fixed
+    from zerolab.handmade.core import model as fixed
     from zerolab.run.op_cache import skip_shm_comm_op
 
     skip_shm_comm_op()

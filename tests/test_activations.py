@@ -1,8 +1,8 @@
-"""zerolab.activations against the paper's closed forms, and zerolab.models against the published parameter counts."""
+"""zerolab.engine.activations against the paper's closed forms, and zerolab.engine.models against the published parameter counts."""
 import pytest
 
-from zerolab.activations import activation_memory, layer_terms
-from zerolab.models import PRESETS, from_params, preset
+from zerolab.engine.activations import activation_memory, layer_terms
+from zerolab.engine.models import PRESETS, from_params, preset
 
 # GPT-3 totals are Table 2.1's names, rounded to two significant figures; Llama totals are the checkpoints' exact counts.
 GPT3_TOLERANCE = 0.02

@@ -1,4 +1,4 @@
-"""zerolab.activations against the bytes real torch blocks save for backward (saved_tensors_hooks, CPU).
+"""zerolab.engine.activations against the bytes real torch blocks save for backward (saved_tensors_hooks, CPU).
 
 Three shapes: the tiny GPT's own block (zerolab.run.model), the paper's GPT block (explicit attention and dropout,
 or a fused SDPA), and a Llama-style block (RMSNorm, grouped-query SDPA, SwiGLU); each with no recomputation
@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from zerolab.activations import activation_memory
-from zerolab.models import Decoder
+from zerolab.engine.activations import activation_memory
+from zerolab.engine.models import Decoder
 from zerolab.run.blocks import GPTBlock, LlamaBlock, saved_bytes
 from zerolab.run.model import Block, ModelSpec
 

@@ -5,7 +5,7 @@ were refused). Exercise 5's test refuses ds_to_universal's process pool as the g
 import pytest
 
 from zerolab.ckpt.answers import as_bytes
-from zerolab.units import parse_bytes
+from zerolab.engine.units import parse_bytes
 
 
 @pytest.mark.parametrize("text, want", [

@@ -21,8 +21,8 @@ import pytest
 from tests.browser_session import (browser,  # noqa: F401 (a fixture)
                                    ARTIFACTS, FRONT, KERNEL_IDLE, NEEDS_CHROMIUM, jupyter_lab,
                                    keep_state, open_notebook, run_all, save, shut_down_kernels)
-from zerolab import course
-from zerolab.i18n import translate
+from zerolab.lesson import course
+from zerolab.base.i18n import translate
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install -r scripts/requirements-grading.txt")
 
@@ -51,7 +51,7 @@ VIEWS_PER_CELL = f"""() => [...document.querySelectorAll('{FRONT} .jp-CodeCell')
         .filter(box => !box.parentElement.closest('.widget-vbox')).length)
     .filter(count => count > 0)"""
 FIGURE = f"() => (document.querySelector('{FRONT} .widget-vbox .widget-output img') || {{}}).src || ''"
-# A reopened lesson's saved view answers no kernel: one line per view says so (zerolab/widgets.py), instead of
+# A reopened lesson's saved view answers no kernel: one line per view says so (zerolab/lesson/widgets.py), instead of
 # ipywidgets' broken-link icon on each of its boxes and controls.
 DISCONNECTED_MARKS = f"""() => [...document.querySelectorAll('{FRONT} .jupyter-widgets-disconnected')]
     .map(element => getComputedStyle(element, '::before'))

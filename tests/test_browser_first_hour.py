@@ -23,8 +23,8 @@ from tests.browser_session import (browser,  # noqa: F401 (a fixture)
                                    run_all, save, shut_down_kernels)
 from tests.session_cache import run_cache
 from tests.test_no_answers_in_sight import answers_in_sight, errors_outside_exercises, expected_answers, graded
-from zerolab import course
-from zerolab.i18n import translate
+from zerolab.lesson import course
+from zerolab.base.i18n import translate
 
 pytest.importorskip("playwright.sync_api", reason="pip install -r scripts/requirements-grading.txt")
 pytestmark = NEEDS_CHROMIUM

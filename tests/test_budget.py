@@ -1,14 +1,15 @@
-"""zerolab.budget: each line from its own source, the two peaks, host memory, and the largest micro-batch."""
+"""zerolab.sizing.budget: each line from its own source, the two peaks, host memory, and the largest micro-batch."""
 import math
 import re
 from pathlib import Path
 
 import pytest
 
-from zerolab import budget, host_memory, models, zero_terms
-from zerolab.activations import activation_memory
-from zerolab.models import preset
-from zerolab.units import GB
+from zerolab.sizing import budget
+from zerolab.engine import host_memory, models, zero_terms
+from zerolab.engine.activations import activation_memory
+from zerolab.engine.models import preset
+from zerolab.engine.units import GB
 
 MODEL = preset("llama2-7b")
 LLAMA13 = preset("llama2-13b")
@@ -156,7 +157,7 @@ def test_overflow_names_the_line_where_the_running_total_passes_the_gpu():
 
 
 def test_budget_figure_draws_the_budget_lines():
-    from zerolab import plots
+    from zerolab.lesson import plots
 
     fig = plots.budget_by_stage("llama2-7b", 8, 4096, 2, ("full",))
     heights = [patch.get_height() for patch in fig.axes[0].patches]

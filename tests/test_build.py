@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "autograder"))
 import build  # noqa: E402
 
-from zerolab import course  # noqa: E402
+from zerolab.lesson import course  # noqa: E402
 
 LESSONS = build.lesson_names()
 REBUILD = "run `python autograder/build.py` and commit the generated files"
@@ -36,7 +36,7 @@ def load(path):
 def test_there_are_lessons():
     assert LESSONS, "no lesson sources found in autograder/src"
     known = {lesson.name for lesson in course.LESSONS}
-    assert set(LESSONS) <= known, f"add {sorted(set(LESSONS) - known)} to zerolab/course.py LESSONS"
+    assert set(LESSONS) <= known, f"add {sorted(set(LESSONS) - known)} to zerolab/lesson/course.py LESSONS"
 
 
 def test_readme_lesson_map_is_fresh(fresh):
@@ -82,7 +82,7 @@ def test_solution_was_executed_from_the_current_source(fresh, name, language):
     assert all(cell.execution_count for cell in code), f"solutions/{name} has cells that were not executed"
     errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
     assert not errors, f"solutions/{name} holds an error output: {errors[0].get('ename')}"
-    if "zerolab.widgets" in (ROOT / "autograder" / "src" / f"{name}.py").read_text():
+    if "zerolab.lesson.widgets" in (ROOT / "autograder" / "src" / f"{name}.py").read_text():
         figures = [o for cell in code for o in cell.outputs if "image/png" in o.get("data", {})]
         assert figures, f"solutions/{name} shows no figure: a widget's static fallback should draw one"
 

@@ -1,7 +1,7 @@
-"""zerolab.checks: what hidden tests accept as an answer."""
+"""zerolab.lesson.checks: what hidden tests accept as an answer."""
 import pytest
 
-from zerolab.checks import exact_type, plain
+from zerolab.lesson.checks import exact_type, plain
 
 
 class AlwaysEqual:
@@ -40,7 +40,7 @@ def test_exact_type_rejects_subclasses():
 
 
 # --- feedback helpers: the mistake class comes first, the expected value never appears ---------------------------
-from zerolab.checks import choice, close_to, dict_keys, number, unit_slip, whole  # noqa: E402
+from zerolab.lesson.checks import choice, close_to, dict_keys, number, unit_slip, whole  # noqa: E402
 
 
 @pytest.mark.parametrize("got, unit, message", [
@@ -91,7 +91,7 @@ def test_number_whole_dict_keys_and_choice():
 
 
 def test_dotted_path_normalises_what_carries_no_meaning():
-    from zerolab.checks import dotted_path
+    from zerolab.lesson.checks import dotted_path
 
     for text in (" zero_optimization.offload_param ", 'zero_optimization["offload_param"]', "zero_optimization/offload_param/",
                  "Zero_Optimization.Offload_Param"):
@@ -103,7 +103,7 @@ def test_dotted_path_normalises_what_carries_no_meaning():
 
 
 def test_path_in_names_an_incomplete_path():
-    from zerolab.checks import path_in
+    from zerolab.lesson.checks import path_in
 
     assert path_in("Zero_Optimization.Stage", {"zero_optimization.stage"}) == "zero_optimization.stage"
     with pytest.raises(AssertionError, match="incomplete path"):
@@ -113,7 +113,7 @@ def test_path_in_names_an_incomplete_path():
 
 
 def test_same_value_and_learner_value():
-    from zerolab.checks import learner_value, same_value
+    from zerolab.lesson.checks import learner_value, same_value
 
     assert same_value(True, True, "x") is True
     with pytest.raises(AssertionError, match="wrong type: x should be a bool, got str 'true'"):
@@ -131,12 +131,12 @@ def test_same_value_and_learner_value():
 
 
 # --- off-limits functions: an exercise that asks for a formula cannot be answered by the function it is graded by ---
-import zerolab.comm  # noqa: E402
-import zerolab.memory  # noqa: E402
-from zerolab import checks_source  # noqa: E402
+import zerolab.engine.comm  # noqa: E402
+import zerolab.engine.memory  # noqa: E402
+from zerolab.lesson import checks_source  # noqa: E402
 
-_ESTIMATE = ["zerolab.memory.estimate"]
-_NOTEBOOK = {"memory": zerolab.memory, "comm": zerolab.comm, "__name__": "__main__"}
+_ESTIMATE = ["zerolab.engine.memory.estimate"]
+_NOTEBOOK = {"memory": zerolab.engine.memory, "comm": zerolab.engine.comm, "__name__": "__main__"}
 
 
 def _uses(cell, forbidden=_ESTIMATE, allowed=(), namespace=None, earlier=(), history=None):
@@ -149,27 +149,27 @@ def _uses(cell, forbidden=_ESTIMATE, allowed=(), namespace=None, earlier=(), his
 
 @pytest.mark.parametrize("cell", [
     "def f(p):\n    return memory.estimate(p, 0).gpu_bytes\n",
-    "from zerolab import memory as m\ndef f(p):\n    return m.estimate(p, 0).gpu_bytes\n",
-    "from zerolab.memory import estimate as guess\ndef f(p):\n    return guess(p, 0).gpu_bytes\n",
-    "import zerolab.memory\ndef f(p):\n    return zerolab.memory.estimate(p, 0).gpu_bytes\n",
-    "import zerolab\ndef f(p):\n    return zerolab.memory.estimate(p, 0).gpu_bytes\n",
+    "from zerolab.engine import memory as m\ndef f(p):\n    return m.estimate(p, 0).gpu_bytes\n",
+    "from zerolab.engine.memory import estimate as guess\ndef f(p):\n    return guess(p, 0).gpu_bytes\n",
+    "import zerolab.engine.memory\ndef f(p):\n    return zerolab.engine.memory.estimate(p, 0).gpu_bytes\n",
+    "import zerolab\ndef f(p):\n    return zerolab.engine.memory.estimate(p, 0).gpu_bytes\n",
     "def f(p):\n    return getattr(memory, 'estimate')(p, 0).gpu_bytes\n",
     "def f(p):\n    return getattr(memory, 'esti' + 'mate')(p, 0).gpu_bytes if False else vars(memory)['estimate'](p, 0)\n",
-    "import importlib\ndef f(p):\n    return importlib.import_module('zerolab.memory').estimate(p, 0).gpu_bytes\n",
-    "def f(p):\n    m = __import__('zerolab.memory', fromlist=['x'])\n    return m.estimate(p, 0).gpu_bytes\n",
+    "import importlib\ndef f(p):\n    return importlib.import_module('zerolab.engine.memory').estimate(p, 0).gpu_bytes\n",
+    "def f(p):\n    m = __import__('zerolab.engine.memory', fromlist=['x'])\n    return m.estimate(p, 0).gpu_bytes\n",
     "def f(p):\n    mod = memory\n    fn = mod.estimate\n    return fn(p, 0).gpu_bytes\n",
-    "from zerolab.memory import *\ndef f(p):\n    return 16 * p\n",
+    "from zerolab.engine.memory import *\ndef f(p):\n    return 16 * p\n",
     "def f(p):\n    return memory.__dict__['estimate'](p, 0).gpu_bytes\n",
 ])
 def test_off_limits_sees_through_renames_and_indirection(cell):
-    assert _uses(cell) == "zerolab.memory.estimate"
+    assert _uses(cell) == "zerolab.engine.memory.estimate"
 
 
 def test_off_limits_follows_the_notebook_functions_the_cell_calls():
     helper = "def helper(p):\n    return memory.estimate(p, 0).gpu_bytes\n"
-    assert _uses("def f(p):\n    return helper(p)\n", history=[helper]) == "zerolab.memory.estimate"
+    assert _uses("def f(p):\n    return helper(p)\n", history=[helper]) == "zerolab.engine.memory.estimate"
     est = "est = memory.estimate\n"
-    assert _uses("def f(p):\n    return est(p, 0).gpu_bytes\n", history=[est]) == "zerolab.memory.estimate"
+    assert _uses("def f(p):\n    return est(p, 0).gpu_bytes\n", history=[est]) == "zerolab.engine.memory.estimate"
     # an earlier exercise's function is graded on its own: not followed
     earlier = "def g(p):\n    return memory.estimate(p, 0).gpu_bytes\n"
     assert _uses("def f(p):\n    return g(p)\n", history=[earlier], earlier=["g"]) is None
@@ -178,14 +178,14 @@ def test_off_limits_follows_the_notebook_functions_the_cell_calls():
 def test_off_limits_lets_through_what_the_lesson_offers_and_honest_code():
     assert _uses("def f(p):\n    return 16 * p\n") is None
     assert _uses("def f(p):\n    estimate = 16 * p\n    return memory.DEFAULT_BUFFER_FACTOR * estimate\n") is None
-    traffic = ["zerolab.comm.transfer_time"]
+    traffic = ["zerolab.engine.comm.transfer_time"]
     offered = "def f(p):\n    t = comm.traffic(p, 2, 8)\n    return t.wire_bytes / comm.bandwidth('pcie4')\n"
-    assert _uses(offered, traffic, ["zerolab.comm.traffic", "zerolab.comm.bandwidth"]) is None
+    assert _uses(offered, traffic, ["zerolab.engine.comm.traffic", "zerolab.engine.comm.bandwidth"]) is None
     assert _uses(offered.replace("t.wire_bytes / comm.bandwidth('pcie4')", "comm.transfer_time(t.wire_bytes, 'pcie4')"),
-                 traffic, ["zerolab.comm.traffic"]) == "zerolab.comm.transfer_time"
+                 traffic, ["zerolab.engine.comm.traffic"]) == "zerolab.engine.comm.transfer_time"
     # a whole module off limits, one name in it allowed
-    assert _uses("def f(p):\n    return comm.bandwidth('pcie4')\n", ["zerolab.comm"], ["zerolab.comm.bandwidth"]) is None
-    assert _uses("def f(p):\n    return comm.traffic(p, 0, 8)\n", ["zerolab.comm"], ["zerolab.comm.bandwidth"]) == "zerolab.comm"
+    assert _uses("def f(p):\n    return comm.bandwidth('pcie4')\n", ["zerolab.engine.comm"], ["zerolab.engine.comm.bandwidth"]) is None
+    assert _uses("def f(p):\n    return comm.traffic(p, 0, 8)\n", ["zerolab.engine.comm"], ["zerolab.engine.comm.bandwidth"]) == "zerolab.engine.comm"
 
 
 def test_off_limits_names_the_notebooks_own_functions_and_what_to_write_instead():
@@ -201,7 +201,7 @@ def test_off_limits_names_the_notebooks_own_functions_and_what_to_write_instead(
         checks_source.off_limits("f", _ESTIMATE, exercise="exercise 1", instead="add up the bytes yourself",
                                  history=[cell], namespace=namespace)
     assert str(caught.value) == ("off limits: exercise 1 asks you to work it out, so the cell that defines f may not "
-                                 "use zerolab.memory.estimate; add up the bytes yourself")
+                                 "use zerolab.engine.memory.estimate; add up the bytes yourself")
     with pytest.raises(AssertionError, match="no executed cell defines f"):
         checks_source.off_limits("f", _ESTIMATE, history=[], namespace=namespace)
 
@@ -217,7 +217,7 @@ def test_close_to_names_time_units_and_bits():
 
 
 # --- a later exercise is graded with the reference earlier function --------------------------------------------
-from zerolab.checks_cascade import agrees, with_reference  # noqa: E402
+from zerolab.lesson.checks_cascade import agrees, with_reference  # noqa: E402
 
 
 def test_with_reference_grades_the_later_exercise_alone_and_says_why(capsys):
@@ -253,7 +253,7 @@ def test_with_reference_says_nothing_when_the_earlier_answer_is_right_and_covers
 def test_a_right_earlier_answer_is_used_as_it_is_so_the_later_one_is_graded_on_its_own_values():
     """Issue 29: the course's reference rounds each term to whole bytes, so per_gpu_bytes(1, 3, 8) is 1 there and 2 in
     exact arithmetic; a right fraction_kept built on one parameter must see the learner's own 2."""
-    from zerolab import memory
+    from zerolab.engine import memory
 
     namespace = {}
     exec("def per_gpu_bytes(params, stage, gpus):\n"
@@ -292,10 +292,10 @@ def test_agrees_compares_dicts_and_numbers_with_tolerance():
 
 
 def test_off_limits_does_not_mistake_the_cells_own_names_for_the_notebooks():
-    import zerolab.fit
+    import zerolab.sizing.fit
 
-    namespace = dict(_NOTEBOOK, fit=zerolab.fit.fit, optimizer_bytes=lambda p: 12 * p)
+    namespace = dict(_NOTEBOOK, fit=zerolab.sizing.fit.fit, optimizer_bytes=lambda p: 12 * p)
     cell = ("def f(p, estimate=None):\n    fit = p < 10\n    optimizer_bytes = 12 * p\n"
             "    return fit and optimizer_bytes\n")
-    assert _uses(cell, ["zerolab.fit", "optimizer_bytes"], namespace=namespace) is None
-    assert _uses("def f(p):\n    return fit(p)\n", ["zerolab.fit"], namespace=namespace) == "zerolab.fit"
+    assert _uses(cell, ["zerolab.sizing.fit", "optimizer_bytes"], namespace=namespace) is None
+    assert _uses("def f(p):\n    return fit(p)\n", ["zerolab.sizing.fit"], namespace=namespace) == "zerolab.sizing.fit"

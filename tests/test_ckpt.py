@@ -331,7 +331,7 @@ def test_latest_names_a_missing_tag(saved, tmp_path):
 def test_inspect_loads_no_tensor(saved):
     """The CLI never imports torch: it reads the pickles' headers, never tensor data."""
     folder, _ = saved["stage3"]
-    probe = ("import sys; from zerolab.cli import main; code = main(['ckpt', 'inspect', sys.argv[1]]); "
+    probe = ("import sys; from zerolab.cli.main import main; code = main(['ckpt', 'inspect', sys.argv[1]]); "
              "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(code)")
     result = subprocess.run([sys.executable, "-c", probe, folder], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

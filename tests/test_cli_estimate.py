@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from zerolab.memory import combinations
+from zerolab.engine.memory import combinations
 
 
 def zerolab(*args):
@@ -77,7 +77,7 @@ def test_help_teaches():
 
 
 def test_estimate_needs_no_torch_and_no_deepspeed():
-    probe = ("import sys; from zerolab.cli import main; main(['estimate', '--params', '13B', '--json']);"
+    probe = ("import sys; from zerolab.cli.main import main; main(['estimate', '--params', '13B', '--json']);"
              "heavy = [m for m in ('torch', 'deepspeed') if m in sys.modules]; "
              "print('HEAVY', heavy, file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

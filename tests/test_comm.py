@@ -1,7 +1,7 @@
-"""zerolab.comm against the ZeRO paper's section 7 volumes and DeepSpeed's documented behaviour."""
+"""zerolab.engine.comm against the ZeRO paper's section 7 volumes and DeepSpeed's documented behaviour."""
 import pytest
 
-from zerolab.comm import BANDWIDTHS, bandwidth, step_time, traffic, transfer_time
+from zerolab.engine.comm import BANDWIDTHS, bandwidth, step_time, traffic, transfer_time
 
 PSI = 13 * 10**9
 

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from zerolab.comm import bucket_buffer_bytes
-from zerolab.tools import env_with_interpreter_bin
+from zerolab.engine.comm import bucket_buffer_bytes
+from zerolab.base.interpreter import env_with_interpreter_bin
 
 PROBE = textwrap.dedent("""
     import json, os, sys

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from zerolab.comm import traffic
+from zerolab.engine.comm import traffic
 from zerolab.run.launch import free_port
-from zerolab.tools import env_with_interpreter_bin
+from zerolab.base.interpreter import env_with_interpreter_bin
 
 GAS = 2
 PROBE = textwrap.dedent("""

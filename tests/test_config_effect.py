@@ -1,8 +1,8 @@
-"""config_effect reads the settings DeepSpeed will use and hands them to zerolab.memory / zerolab.comm;
+"""config_effect reads the settings DeepSpeed will use and hands them to zerolab.engine.memory / zerolab.engine.comm;
 the memory figures also equal DeepSpeed's own estimators where those apply."""
 import pytest
 
-from zerolab import comm, memory
+from zerolab.engine import comm, memory
 from zerolab.config import compare_configs, config_effect, read_settings
 from zerolab.errors import UserError
 

@@ -33,7 +33,7 @@ CASES += [config(2, False, False, False, True),  # no bf16 master weights: the u
 @pytest.fixture(scope="module")
 def initialized():
     """DeepSpeed's answer to each case, from one rank."""
-    from zerolab.handmade import harness
+    from zerolab.handmade.core import harness
 
     with probe_launcher():
         [outcomes] = harness.run({"kind": "rank_probe:deepspeed_initializes", "configs": CASES}, 1, timeout=300,

@@ -44,7 +44,7 @@ def test_wrong_type():
 def test_importing_zerolab_config_loads_neither_torch_nor_deepspeed():
     import subprocess
     import sys
-    code = ("import sys, zerolab.config, zerolab.commands.check, zerolab.commands.explain, zerolab.commands.diff; "
+    code = ("import sys, zerolab.config, zerolab.cli.check, zerolab.cli.explain, zerolab.cli.diff; "
             "print(sorted(m for m in ('torch', 'deepspeed', 'torch.distributed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zerolab.cli import build_parser
+from zerolab.cli.main import build_parser
 from zerolab.grading import shards
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +87,19 @@ def test_kubernetes_indexed_job_maps_the_completion_index_to_every_shard(tmp_pat
     assert seen == [(number, count) for number in range(1, count + 1)]
 
 
+@pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])  # the oldest the Job's header supports; the newest shipped
+def test_the_kubernetes_job_is_valid_against_the_api_schema(version):
+    """Strict: an unknown field anywhere (a misspelled securityContext key, which a cluster would silently drop
+    under a lenient client) fails, as the mutated copy shows."""
+    import kubernetes_validate  # scripts/requirements-grading.txt
+    job = yaml.safe_load((DEPLOY / "kubernetes" / "grade-job.yaml").read_text())
+    kubernetes_validate.validate(job, version, strict=True)
+    misspelled = yaml.safe_load((DEPLOY / "kubernetes" / "grade-job.yaml").read_text())
+    misspelled["spec"]["template"]["spec"]["containers"][0]["securityContext"]["appArmorProfil"] = {"type": "x"}
+    with pytest.raises(kubernetes_validate.ValidationError, match="appArmorProfil"):
+        kubernetes_validate.validate(misspelled, version, strict=True)
+
+
 def test_slurm_array_maps_the_task_id_to_every_shard(tmp_path):
     script = (DEPLOY / "slurm" / "grade.sbatch").read_text()
     first, last = map(int, re.search(r"#SBATCH --array=(\d+)-(\d+)", script).groups())
@@ -110,7 +123,7 @@ def test_the_shard_script_refuses_to_guess_without_a_scheduler_index():
 
 @pytest.mark.parametrize("argv", [["grade", "04_writing_the_config"], ["grade", "04_writing_the_config", "--jobs", "2"]])
 def test_a_lesson_is_still_a_lesson(argv):
-    from zerolab.commands import grade
+    from zerolab.cli import grade
 
     args = parsed(argv)
     assert args.lesson == "04_writing_the_config" and args.handler is grade.run

@@ -3,8 +3,8 @@
 - every English markdown cell has a Chinese cell written after the English's last change (autograder/editions.py);
 - the two editions share every code cell, its nbgrader metadata and cell ids, and differ in no code at all,
   in the sources and in the built releases;
-- every message a learner reads in a lesson's code cells (asserts, tr(), hints and slips given to zerolab.checks)
-  has a Chinese translation (zerolab/locale/zh/);
+- every message a learner reads in a lesson's code cells (asserts, tr(), hints and slips given to zerolab.lesson.checks)
+  has a Chinese translation (zerolab/base/locale/zh/);
 - a deliberately stale Chinese cell is reported, and --stamp is what records a new English hash.
 """
 import json
@@ -21,7 +21,7 @@ import build  # noqa: E402
 import editions  # noqa: E402
 
 from lesson_messages import feedback_arguments, messages  # noqa: E402
-from zerolab.i18n import translate  # noqa: E402
+from zerolab.base.i18n import translate  # noqa: E402
 
 LESSONS = build.lesson_names()
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -71,7 +71,7 @@ def test_every_message_in_the_code_has_a_chinese_translation(name):
     missing = [f"line {line}: {key!r}" for cell in source(name).cells if cell.cell_type == "code"
                for line, key in messages(cell.source) + feedback_arguments(cell.source)
                if translate(key, "zh") == key]
-    assert not missing, f"{name}: add these to zerolab/locale/zh/{name}.json:\n" + "\n".join(missing)
+    assert not missing, f"{name}: add these to zerolab/base/locale/zh/{name}.json:\n" + "\n".join(missing)
 
 
 def test_a_stale_chinese_cell_is_caught_and_stamping_records_the_new_english(tmp_path):

@@ -5,7 +5,7 @@ Wrong submissions of lessons 01 (both editions) and 02 are graded for real with 
 temporary course (the sandbox when this machine has it), and each feedback HTML is checked against what nbgrader recorded of the
 same run in the autograded notebook: every error there must reach the student (its message, the frames of the
 notebook's cells), and nothing of the grader may. The submissions cover a hidden test failing inside
-zerolab/checks.py, a hidden test calling the student's function that raises, errors inside the standard library
+zerolab/lesson/checks.py, a hidden test calling the student's function that raises, errors inside the standard library
 and numpy, a path of the grading folder in a message, and a cell printing the kernel's input history (which holds
 the hidden tests once they ran); test_the_cases_are_covered fails when a lesson change stops covering one.
 """
@@ -26,7 +26,7 @@ import pytest
 from tests.submissions.corpus import CAPS
 from zerolab.grading import feedback
 from zerolab.grading.answers import with_answers
-from zerolab.i18n import translate
+from zerolab.base.i18n import translate
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ CASES = [("01_where_memory_goes", "mixed_mistakes"), ("01_where_memory_goes", "z
 ANSWERS = {
     "01_where_memory_goes": {
         # right for the visible test's 1000 parameters, elements instead of bytes beyond: a hidden test fails in
-        # zerolab.checks.close_to
+        # zerolab.lesson.checks.close_to
         "ex1_model_state_bytes": "def model_state_bytes(params):\n    size = 1 if params > 10_000 else 2\n"
                                  "    return {'params': size * params, 'grads': size * params,\n"
                                  "            'master_weights': 2 * size * params,\n"
@@ -155,7 +155,7 @@ def test_the_cases_are_covered(graded):
         by_count = {cell.execution_count: cell for cell in autograded.cells if cell.cell_type == "code"}
         for cell, out in errors(autograded):
             text = "\n".join(plain(entry) for entry in out.traceback)
-            raised_in_checks += "zerolab/checks.py" in text
+            raised_in_checks += "zerolab/lesson/checks.py" in text
             library_frames += bool(re.search(r"(statistics|numpy).*\.py:\d+", text))
             paths_in_messages += f"{student}/{lesson}" in out.evalue
             for count, line in cell_frames(out):
@@ -184,7 +184,7 @@ def test_no_grader_paths_or_frames(graded, lesson, student):
         assert path not in page, f"{lesson}: the grading machine's path {path} is in the feedback"
     shown = text_of(page)
     assert not re.search(r"^\s*File \S+:\d+", shown, re.M), "a frame in a file (the grader's or a library's)"
-    assert "checks.py" not in shown and "def close_to" not in shown, "zerolab.checks' source or path"
+    assert "checks.py" not in shown and "def close_to" not in shown, "zerolab.lesson.checks' source or path"
 
 
 @pytest.mark.parametrize("lesson, student", CASES)
@@ -246,7 +246,7 @@ def test_a_traceback_keeps_cell_frames_minus_hidden_lines():
         "\x1b[31m----\x1b[39m", "AssertionError   Traceback (most recent call last)",
         "Cell In[6], line 3\n      2 x = 1\n----> 3 check(f(1))\n"
         "      4 ### BEGIN HIDDEN TESTS\n      5 check(f(99))\n",
-        "File /opt/repo/zerolab/checks.py:113, in close_to(got, want)\n--> 113 raise AssertionError(secret)\n",
+        "File /opt/repo/zerolab/lesson/checks.py:113, in close_to(got, want)\n--> 113 raise AssertionError(secret)\n",
         "Cell In[7], line 5\n      4 ### BEGIN HIDDEN TESTS\n----> 5 check(f(99))\n",
         "Cell In[5], line 2, in f(x)\n      1 def f(x):\n----> 2     return statistics.mean([])\n",
         "File /usr/lib/python3.11/statistics.py:430, in mean(data)\n    429 if n < 1:\n--> 430     raise E\n",

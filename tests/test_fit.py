@@ -1,17 +1,17 @@
-"""zerolab.fit and `zerolab fit`: what fits is ranked, what does not says why, every emitted config passes check."""
+"""zerolab.sizing.fit and `zerolab fit`: what fits is ranked, what does not says why, every emitted config passes check."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from zerolab import budget
-from zerolab.activations import RECOMPUTE
+from zerolab.sizing import budget
+from zerolab.engine.activations import RECOMPUTE
 from zerolab.config import check_config
-from zerolab.fit import ds_config, fit
-from zerolab.memory import combinations
-from zerolab.models import preset
-from zerolab.units import GB
+from zerolab.sizing.fit import ds_config, fit
+from zerolab.engine.memory import combinations
+from zerolab.engine.models import preset
+from zerolab.engine.units import GB
 
 
 def zerolab(*args):
@@ -67,7 +67,7 @@ def test_llama2_13b_on_one_8xh100_node_trains_fastest_without_offload(tmp_path, 
     offloaded = [o for o in result.rows if o.offload_optimizer != "none"]
     assert offloaded and all(o.time.tokens_per_s < first.time.tokens_per_s for o in offloaded)
     assert all(o.time.cpu_adam_s > first.time.compute_s for o in offloaded)
-    from zerolab.commands.fit import why_first
+    from zerolab.cli.fit import why_first
 
     reasons = why_first(result)  # what the table prints under it
     assert reasons[0].startswith("Why row 1:")
@@ -172,7 +172,7 @@ def test_gpu_memory_overrides_the_presets():
 
 
 def test_fit_loads_neither_torch_nor_deepspeed():
-    code = ("import io, contextlib, sys; from zerolab.cli import main\n"
+    code = ("import io, contextlib, sys; from zerolab.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['fit', '--model', 'llama2-7b', '--gpu-memory', '80GB'])\n"
             "print(sorted(m for m in ('torch', 'deepspeed', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

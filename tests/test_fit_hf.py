@@ -1,11 +1,11 @@
 """`zerolab fit` on Hugging Face models: whose activations it counts, a config.json in place of a preset, and
---simulate, which puts row 1's formula next to a simulation of the real model (zerolab.simulate)."""
+--simulate, which puts row 1's formula next to a simulation of the real model (zerolab.sizing.simulate)."""
 import json
 import re
 import subprocess
 import sys
 
-from zerolab.hf_models import HF_CONFIGS
+from zerolab.sizing.hf_models import HF_CONFIGS
 
 
 def zerolab(*args, env=None):
@@ -37,7 +37,7 @@ def test_llama_family_counts_hugging_face_activations_and_gpt3_megatron():
 
 
 def test_a_config_json_gives_the_rows_of_the_preset_of_the_same_model(tmp_path):
-    """The released config.json's fields (zerolab.hf_models) against the preset typed from the papers."""
+    """The released config.json's fields (zerolab.sizing.hf_models) against the preset typed from the papers."""
     (tmp_path / "config.json").write_text(json.dumps(HF_CONFIGS["llama2-13b"]))
     shape = ("--seq-len", "4096", "--gpu", "h100-80gb", "--gpus-per-node", "8")
     from_config = fit_json("--config", str(tmp_path), *shape)

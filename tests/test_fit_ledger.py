@@ -38,11 +38,11 @@ def test_the_hf_formula_stays_within_3_percent_at_full_size(ledger_script):
 
 
 def test_the_lessons_record_holds_the_ledgers_rows(ledger_script):
-    """zerolab/data/fit_ledger.json (what zerolab.fit_ledger gives the lessons) is written with the markdown."""
-    from zerolab import fit_ledger
+    """zerolab/sizing/data/fit_ledger.json (what zerolab.sizing.fit_ledger gives the lessons) is written with the markdown."""
+    from zerolab.sizing import fit_ledger
 
     assert fit_ledger.RECORD.read_text(encoding="utf-8") == ledger_script.record(ledger_script.read_rows()), \
-        f"zerolab/data/fit_ledger.json is stale: {REGENERATE}"
+        f"zerolab/sizing/data/fit_ledger.json is stale: {REGENERATE}"
     summary = fit_ledger.summary()
     assert summary["hf"]["rows"] == len(ledger_script.grid())
     assert abs(summary["hf"]["worst"]) <= 0.03 < abs(summary["megatron"]["worst"])
@@ -54,7 +54,7 @@ def runs_script():
 
 
 def test_the_real_run_ledger_predictions_are_current(runs_script):
-    """docs/fit_ledger_runs.md: every setup measured, and its predicted column what zerolab.memory says now."""
+    """docs/fit_ledger_runs.md: every setup measured, and its predicted column what zerolab.engine.memory says now."""
     rows = runs_script.read_rows()
     assert [(stage, offload) for stage, offload, *_ in rows] == list(runs_script.SETUPS)
     assert runs_script.render(rows) == runs_script.LEDGER.read_text(encoding="utf-8"), \

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zerolab.cli import main
+from zerolab.cli.main import main
 from zerolab.errors import UserError
 from zerolab.grading import diskcap, shards, uids
 

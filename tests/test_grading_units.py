@@ -15,8 +15,8 @@ from zerolab.grading.coursedir import Course, parse_size
     ("import builtins\nbuiltins.abs = lambda x: 0", "changes builtins.abs"),
     ("__builtins__['len'] = None", "__builtins__"),
     ("setattr(builtins, 'abs', None)", "calls setattr on builtins"),
-    ("from zerolab import checks\nchecks.plain = id", "changes checks.plain"),
-    ("import sys\nsys.modules['zerolab.checks'] = None", "sys.modules"),
+    ("from zerolab.lesson import checks\nchecks.plain = id", "changes checks.plain"),
+    ("import sys\nsys.modules['zerolab.lesson.checks'] = None", "sys.modules"),
     ("plain = lambda value, name=None: value", "rebinds 'plain'"),
     ("len = lambda x: 4", "rebinds 'len'"),
     ("open('../../../source/x/x.ipynb').read()", "outside its own folder"),
@@ -32,7 +32,7 @@ def test_scan_flags_what_honest_solutions_do_not_need(source, finding):
 
 @pytest.mark.parametrize("source", [
     "def f(params):\n    len = 3\n    return {'params': 2 * params}",  # a local name shadows nothing the tests use
-    "import math\nfrom zerolab.checks import plain\nx = math.sqrt(2)",
+    "import math\nfrom zerolab.lesson.checks import plain\nx = math.sqrt(2)",
     "result = f(1) / 2\nprint(f'{result:.1%}')",
     "%timeit sum(range(10))\nx = 1",
     "def broken(:",  # syntax errors fail when run; not a finding
@@ -131,3 +131,13 @@ def test_scan_findings_come_in_the_same_order_in_every_process():
                               env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
     assert len(outputs) == 1, outputs
     assert "'/a/*'" in outputs.pop()
+
+
+def test_the_sandbox_is_refused_to_a_grader_that_is_not_root(monkeypatch):
+    """An ordinary user's grading job (a Slurm job runs as its submitter) gets the caps-only mode, and why: the
+    sandbox drops the kernel to a grading uid, which only root may do."""
+    from zerolab.grading import sandbox
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    works, why = sandbox.probe()
+    assert not works and "not running as root" in why

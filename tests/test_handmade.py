@@ -4,9 +4,10 @@ wrong implementation fails with the message that names its mistake, and no rank 
 import pytest
 
 from leftovers import cpu_seconds, ranks_left
-from zerolab.handmade import grade, harness, verdict
-from zerolab.handmade import model as fixed
-from zerolab.handmade.partition import flat_partition
+from zerolab.handmade.zero1 import grade, verdict
+from zerolab.handmade.core import harness
+from zerolab.handmade.core import model as fixed
+from zerolab.handmade.core.partition import flat_partition
 
 from handmade_cases import PARTITION, RIGHT, WRONG, ZERO1, ZERO2, solution_cell
 
@@ -80,18 +81,18 @@ def test_a_partition_that_changes_between_calls_is_caught():
 
 
 def test_forbidden_libraries_are_found_in_the_source():
-    from zerolab.handmade.source import forbidden_use
+    from zerolab.lesson.source import forbidden_use
 
     assert forbidden_use("import deepspeed") == "DeepSpeed"
     assert forbidden_use("from torch.distributed.optim import ZeroRedundancyOptimizer") == \
         "torch's ZeroRedundancyOptimizer"
     assert forbidden_use("x = torch.distributed.optim.ZeroRedundancyOptimizer") == "torch's ZeroRedundancyOptimizer"
-    assert forbidden_use("from zerolab.handmade.sharded import ShardedAdamW") is not None
+    assert forbidden_use("from zerolab.handmade.zero1.reference import ShardedAdamW") is not None
     assert forbidden_use(solution_cell(ZERO1)) is None and forbidden_use(solution_cell(ZERO2)) is None
 
 
 def test_the_cell_is_taken_from_the_kernel_history():
-    from zerolab.handmade.source import SourceMissing, cell_defining
+    from zerolab.lesson.source import SourceMissing, cell_defining
 
     history = ["x = 1", "class ShardedAdamW:\n    pass", "%time y = 2\ndef f():\n    pass", "ShardedAdamW()"]
     assert cell_defining("ShardedAdamW", history) == history[1]
@@ -150,7 +151,7 @@ def test_ranks_that_wait_on_each_other_are_stopped_with_a_message():
     deadlocked = _changed(solution_cell(ZERO1), "dist.all_gather(incoming, outgoing)",
                           "if self.rank == 0:\n                dist.all_gather(incoming, outgoing)")
     with pytest.raises(harness.RanksFailed, match="waited for each other"):
-        harness.run({"kind": "zero1", "source": deadlocked, "hyper": grade.DEFAULT_HYPER, "steps": 2,
+        harness.run({"kind": "zerolab.handmade.zero1.rank:zero1_run", "source": deadlocked, "hyper": grade.DEFAULT_HYPER, "steps": 2,
                      "collective_timeout": 5}, 2, timeout=60)
     assert not ranks_left(), "a rank outlived its run"
 
@@ -181,9 +182,9 @@ def test_an_exception_without_a_message_says_so_and_each_rank_reports_its_start_
 def test_flat_partition_is_the_partition_deepspeed_builds(stage, ranks):
     """A real DeepSpeed stage-1/2 optimizer on gloo CPU ranks: the share size and the ranges each rank holds, per
     parameter group (one group smaller than 2N), are flat_partition's."""
-    from zerolab.handmade.partition import share_size
+    from zerolab.handmade.core.partition import share_size
 
-    results = harness.run({"kind": "zerolab.handmade.deepspeed_partition:run", "stage": stage,
+    results = harness.run({"kind": "zerolab.handmade.zero1.deepspeed_partition:run", "stage": stage,
                            "preimport_deepspeed": True}, ranks, timeout=120, progress=False)
     for rank, groups in enumerate(results):
         for group in groups:
@@ -205,15 +206,15 @@ def _changed(text, old, new):
 def test_the_course_s_own_deepspeed_config_is_off_limits_in_exercise_4():
     """compare.deepspeed_config builds the ds_config the side-by-side trains with: a stage1_config that returns it
     is the course's answer, not the student's; one written out is not flagged."""
-    from zerolab.checks_source import used_off_limits
-    from zerolab.handmade import compare
+    from zerolab.lesson.checks_source import used_off_limits
+    from zerolab.handmade import side_by_side as compare
 
     copied = ("def stage1_config(hyper, global_batch, world_size):\n"
               "    config = compare.deepspeed_config(1, hyper, world_size)\n"
               "    return dict(config, train_micro_batch_size_per_gpu=global_batch // world_size)\n")
     written = solution_cell("ex4_stage1_config")
     forbidden = ["zerolab.handmade", "zerolab.config.reference"]
-    history = ["from zerolab.handmade import compare"]
+    history = ["from zerolab.handmade import side_by_side as compare"]
     assert used_off_limits("stage1_config", forbidden, history=history + [copied],
                            namespace={"compare": compare}) == "zerolab.handmade"
     assert used_off_limits("stage1_config", forbidden, history=history + [written],
@@ -225,7 +226,7 @@ def test_a_port_lost_to_another_process_is_seen_in_a_ranks_error_file(tmp_path):
     on a new port rather than fail (seen in CI, where the other pytest worker starts ranks too)."""
     import json
 
-    from zerolab.handmade.harness import _port_taken
+    from zerolab.handmade.core.harness import _port_taken
 
     (tmp_path / "rank0.error.json").write_text(json.dumps(
         {"type": "DistNetworkError", "message": "The server socket has failed to listen on any local network "
@@ -265,8 +266,8 @@ def test_deepspeed_clips_the_gradient_norm_to_1_unless_the_config_turns_it_off()
     clipped = _adamw_full_batch(grade.DEFAULT_HYPER, steps, scale, clip=1.0)
     assert verdict._max_gap(plain, clipped) > 10 * verdict.DEEPSPEED_ATOL
     for extra, want in (({}, clipped), ({"gradient_clipping": 0}, plain)):
-        results = harness.run({"kind": "deepspeed", "config": dict(config, **extra), "steps": steps,
-                               "loss_scale": scale}, 2, timeout=120)
+        results = harness.run({"kind": "zerolab.handmade.zero1.rank:deepspeed_run", "preimport_deepspeed": True,
+                               "config": dict(config, **extra), "steps": steps, "loss_scale": scale}, 2, timeout=120)
         assert verdict._max_gap(results[0]["params"], want) < verdict.DEEPSPEED_ATOL, extra
     assert not ranks_left(), "a rank outlived its run"
 

@@ -1,4 +1,4 @@
-"""The side-by-side of lesson 08 (zerolab.handmade.compare) on 2 gloo ranks, checked against independent sources:
+"""The side-by-side of lesson 08 (zerolab.handmade.side_by_side) on 2 gloo ranks, checked against independent sources:
 one-process torch.optim.AdamW (losses and parameters), DeepSpeed's own partition of each parameter
 (``ds_tensor.ds_numel``), torch.chunk's split of dim 0 (FSDP2's shards), and the collectives each design must
 make. Nothing is left running."""
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from leftovers import ranks_left
-from zerolab.handmade import compare
-from zerolab.handmade import zero3_model as deep
+from zerolab.handmade import side_by_side as compare
+from zerolab.handmade.zero3 import model as deep
 
 ATOL = 1e-5
 RANKS = 2
@@ -88,13 +88,13 @@ def test_deepspeeds_collectives_counted_at_torch_equal_its_own_comm_layers_count
 
 
 def test_the_learners_cell_runs_and_the_courses_stands_in_when_it_fails():
-    from zerolab.handmade import harness
+    from zerolab.handmade.core import harness
     from test_handmade_zero3 import solution_cell
 
     broken = solution_cell().replace("        mine /= self.world_size\n",
                                      "        mine /= self.world_size\n        raise ValueError('oops')\n")
     for cell, who in ((solution_cell(), "yours"), (broken, "course (yours raised ValueError)")):
-        job = {"kind": "zerolab.handmade.compare:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
+        job = {"kind": "zerolab.handmade.side_by_side:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
                "systems": ["ZeRO-3 (hand)"], "cells": {"ZeRO-3 (hand)": cell}}
         for rank_result in harness.run(job, RANKS):
             assert rank_result["ZeRO-3 (hand)"]["who"] == who
@@ -106,7 +106,7 @@ def test_a_zero1_keeping_its_moments_outside_optimizer_state_shows_the_same_adam
     """Exercise 2 lets the moments live anywhere; the side-by-side counts what the optimizer holds, not
     optimizer.state alone (it showed 0 for such a ZeRO-1). Its kept communication buffers are not moments."""
     from handmade_cases import ZERO1, mutate, solution_cell
-    from zerolab.handmade import harness
+    from zerolab.handmade.core import harness
 
     elsewhere = mutate(ZERO1, "state = self.state[p]",
                        'state = self.__dict__.setdefault("moments", {}).setdefault((index, start), {})')
@@ -114,7 +114,7 @@ def test_a_zero1_keeping_its_moments_outside_optimizer_state_shows_the_same_adam
                           'outgoing = self.__dict__.setdefault("out", {}).setdefault(size, torch.zeros(size))')
     held = {}
     for name, cell in (("solution", solution_cell(ZERO1)), ("elsewhere", elsewhere), ("kept", kept_buffers)):
-        job = {"kind": "zerolab.handmade.compare:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
+        job = {"kind": "zerolab.handmade.side_by_side:run_rank", "steps": 2, "hyper": compare.DEFAULT_HYPER,
                "systems": ["ZeRO-1 (hand)"], "cells": {"ZeRO-1 (hand)": cell}}
         results = harness.run(job, RANKS)
         assert all(r["ZeRO-1 (hand)"]["who"] == "yours" for r in results), name

@@ -1,4 +1,4 @@
-"""The side-by-side's stand-ins are lesson 08's solutions: zerolab.handmade.compare runs the course's ZeRO-2 and
+"""The side-by-side's stand-ins are lesson 08's solutions: zerolab.handmade.side_by_side runs the course's ZeRO-2 and
 ZeRO-3 where a learner has not answered yet, and the package keeps them as copies of the solution cells (the
 engine cannot import a notebook). Compared as code, docstrings and comments aside, so that a solution changed in
 the lesson without its copy (or the other way round) fails here."""
@@ -8,7 +8,8 @@ import inspect
 import pytest
 
 from handmade_cases import ZERO2, ZERO3, solution_cell
-from zerolab.handmade import compare_zero2, zero3_reference
+from zerolab.handmade.zero2 import reference as compare_zero2
+from zerolab.handmade.zero3 import reference as zero3_reference
 
 # The copy's names for what the notebook's earlier cells provide.
 RENAMED = {ZERO2: {"partition": "flat_partition"}, ZERO3: {}}

@@ -1,4 +1,4 @@
-"""Lesson 08's ZeRO-2 and mixed-precision exercises on real gloo ranks (zerolab.handmade.traffic, zero2, mixed):
+"""Lesson 08's ZeRO-2 and mixed-precision exercises on real gloo ranks (zerolab.handmade.core.traffic, zero2, mixed):
 the collective counter counts what a cell sends, the solutions pass on 2 and 3 ranks, each wrong implementation
 gets the message that names its mistake, and no rank outlives a run."""
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 from leftovers import ranks_left
 from handmade_cases import (HIDDEN, LESSON, MIXED, RIGHT_MIXED, WRONG_MIXED, WRONG_ZERO2, ZERO2,
                             solution_cell)
-from zerolab.handmade import harness
+from zerolab.handmade.core import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_the_counter_counts_every_collective_a_cell_makes(ranks):
     """Expected sizes come from the cell's own tensors: all-reduce 10 + 6 elements (async too, and one imported by
     name before the counter could have been installed if it were installed late); reduce-scatters of 4n and 2n
     inputs; all-gathers of 3n and 5n outputs; a bf16 broadcast of 7; a reduce of 9; rank 0's send of 11."""
-    results = harness.run({"kind": "zerolab.handmade.traffic:count_cell", "cell": COUNTED_CELL, "call": "main"},
+    results = harness.run({"kind": "zerolab.handmade.core.traffic:count_cell", "cell": COUNTED_CELL, "call": "main"},
                           ranks)
     n = ranks
     for rank, result in enumerate(results):
@@ -69,7 +69,7 @@ def test_the_counter_leaves_torch_distributed_as_it_found_it():
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from zerolab.handmade.traffic import WRAPPED, CollectiveCounter
+    from zerolab.handmade.core.traffic import WRAPPED, CollectiveCounter
 
     before = {name: getattr(dist, name) for name in WRAPPED}
     counter = CollectiveCounter().install()
@@ -86,7 +86,7 @@ def test_the_counter_leaves_torch_distributed_as_it_found_it():
 def test_zero2_solution_passes_three_times_in_a_row(ranks, job, repeat):
     """The visible call and the hidden calls of the test cell (a bucket smaller than the largest parameter, and one
     that a bias and a weight overfill), each three times: a race in the hooks or the collectives shows as a flake."""
-    from zerolab.handmade import zero2
+    from zerolab.handmade.zero2 import grade as zero2
 
     results = zero2.zero2_hooks(ranks, cell=solution_cell(ZERO2), **job)
     assert all(r["memory_where"] for r in results)
@@ -99,7 +99,7 @@ BUCKETS = {"sends_the_bucket_when_it_is_not_full": {"bucket_elements": 970}}  # 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(WRONG_ZERO2))
 def test_each_wrong_zero2_gets_its_named_verdict(name):
-    from zerolab.handmade import zero2
+    from zerolab.handmade.zero2 import grade as zero2
 
     build, fragment = WRONG_ZERO2[name]
     with pytest.raises(AssertionError) as failure:
@@ -112,7 +112,7 @@ def test_each_wrong_zero2_gets_its_named_verdict(name):
 @pytest.mark.parametrize("ranks, job", [(2, {}), (3, {"steps": 5, "max_grad_norm": 0.05, "hyper": HIDDEN})])
 @pytest.mark.parametrize("name", sorted(RIGHT_MIXED))
 def test_right_mixed_precision_answers_in_other_arithmetic_orders_pass(name, ranks, job):
-    from zerolab.handmade import mixed
+    from zerolab.handmade.mixed import grade as mixed
 
     mixed.mixed_precision(ranks, cell=RIGHT_MIXED[name], **job)
     assert not ranks_left(), "a rank outlived its run"
@@ -122,11 +122,11 @@ def test_right_mixed_precision_answers_in_other_arithmetic_orders_pass(name, ran
 @pytest.mark.parametrize("repeat", range(3))
 @pytest.mark.parametrize("ranks, job", [(2, {}), (3, {"steps": 5, "max_grad_norm": 0.05, "hyper": HIDDEN})])
 def test_mixed_precision_solution_passes_three_times_in_a_row(ranks, job, repeat):
-    from zerolab.handmade import mixed
+    from zerolab.handmade.mixed import grade as mixed
 
     results = mixed.mixed_precision(ranks, cell=solution_cell(MIXED), **job)
     # the solution all-reduces each parameter's gradient and, for the clipping, one element: the squared norms
-    from zerolab.handmade import model as fixed
+    from zerolab.handmade.core import model as fixed
 
     numels = fixed.numels(fixed.build())
     for result in results:
@@ -139,7 +139,7 @@ def test_mixed_precision_solution_passes_three_times_in_a_row(ranks, job, repeat
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(WRONG_MIXED))
 def test_each_wrong_mixed_precision_gets_its_named_verdict(name):
-    from zerolab.handmade import mixed
+    from zerolab.handmade.mixed import grade as mixed
 
     build, fragment = WRONG_MIXED[name]
     with pytest.raises(AssertionError) as failure:
@@ -158,7 +158,8 @@ def release_cell(grade_id):
 
 @pytest.mark.parametrize("grade_id", [ZERO2, MIXED])
 def test_the_untouched_release_fails_at_once_with_the_stub_named_and_no_rank_started(grade_id):
-    from zerolab.handmade import mixed, zero2
+    from zerolab.handmade.mixed import grade as mixed
+    from zerolab.handmade.zero2 import grade as zero2
 
     check = zero2.zero2_hooks if grade_id == ZERO2 else mixed.mixed_precision
     with pytest.raises(AssertionError, match=r"^not answered yet: \w+ still ends in raise NotImplementedError\(\)"):

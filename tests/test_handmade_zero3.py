@@ -9,8 +9,8 @@ import pytest
 from leftovers import cpu_seconds, ranks_left
 import handmade_cases
 from handmade_cases import HIDDEN, WRONG_ZERO3 as WRONG
-from zerolab.handmade import zero3_grade, zero3_verdict
-from zerolab.handmade import zero3_model as deep
+from zerolab.handmade.zero3 import grade as zero3_grade, verdict as zero3_verdict
+from zerolab.handmade.zero3 import model as deep
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADE_ID = "ex5_zero3"

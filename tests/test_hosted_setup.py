@@ -122,9 +122,9 @@ def test_a_lesson_sets_itself_up_on_modelscope(hosted, monkeypatch):
 
 
 def test_an_unpublished_copy_says_so_in_one_line_and_installs_nothing(tmp_path, monkeypatch):
-    """A copy without a published repository (zerolab/course.py REPO unset, no GitHub origin) opened on ModelScope:
+    """A copy without a published repository (zerolab/lesson/course.py REPO unset, no GitHub origin) opened on ModelScope:
     zerolab cannot be installed from anywhere, and the setup cell says so in one line instead of failing in pip."""
-    from zerolab import course
+    from zerolab.lesson import course
 
     monkeypatch.setattr(course, "REPO", None)
     source = build.setup_cell_source("01_where_memory_goes")

@@ -131,7 +131,7 @@ def test_every_test_cell_finishes_within_the_cell_timeout(graded):
 
 
 def test_no_rank_is_left_behind(graded):
-    assert grading_processes_left() == [] and orphaned("zerolab.handmade.rank") == []
+    assert grading_processes_left() == [] and orphaned("zerolab.handmade.core.rank") == []
 
 
 def _autograded(course, student):

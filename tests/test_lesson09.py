@@ -12,7 +12,7 @@ from nbclient import NotebookClient
 
 from leftovers import orphaned
 from session_cache import run_cache
-from zerolab.tools import poll_shell_in_slices
+from zerolab.base.interpreter import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -1,9 +1,9 @@
-"""zerolab.memory against its sources: the ZeRO paper's table and DeepSpeed's own estimator functions."""
+"""zerolab.engine.memory against its sources: the ZeRO paper's table and DeepSpeed's own estimator functions."""
 import random
 
 import pytest
 
-from zerolab.memory import combinations, estimate, estimate_all
+from zerolab.engine.memory import combinations, estimate, estimate_all
 
 PSI_7_5B = 7_500_000_000
 

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from zerolab.grading.answers import with_solutions
-from zerolab.tools import env_with_interpreter_bin, python_module
+from zerolab.base.interpreter import env_with_interpreter_bin, python_module
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))

@@ -23,8 +23,8 @@ import pytest
 from nbclient import NotebookClient
 
 from session_cache import run_cache
-from zerolab import drill
-from zerolab.tools import poll_shell_in_slices
+from zerolab.lesson import drill
+from zerolab.base.interpreter import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("*.py") if not p.name.startswith("_"))
@@ -215,7 +215,7 @@ def test_drill_lists_the_options_in_the_engines_order_and_spreads_the_right_lett
                    and c.metadata.get("lang") == "zh"]
         assert len(english) == 1 and len(chinese) == 1, f"{question}: one English and one Chinese question cell"
         assert drill_options(english[0].source) == {drill.LETTERS[i]: text for i, (_, text) in enumerate(options)}, \
-            f"{question}: the lesson lists its options in another order than zerolab.drill"
+            f"{question}: the lesson lists its options in another order than zerolab.lesson.drill"
         assert sorted(drill_options(chinese[0].source)) == list(drill.LETTERS[:len(options)]), \
             f"{question}: the Chinese cell lists other letters"
     keys = Counter(drill.key(question) for question in drill.OPTIONS)
@@ -223,5 +223,5 @@ def test_drill_lists_the_options_in_the_engines_order_and_spreads_the_right_lett
     source = (ROOT / "autograder" / "src" / "07_interview_drill.py").read_text(encoding="utf-8")
     for question in drill.OPTIONS:  # the solution writes its letter, as a student must; the key grades it
         typed = re.findall(rf"""^{question} = ["']([A-D])["']""", source, re.M)
-        assert typed == [drill.key(question)], f"{question}: the solution's letter {typed} is not zerolab.drill's key"
+        assert typed == [drill.key(question)], f"{question}: the solution's letter {typed} is not zerolab.lesson.drill's key"
         assert not re.search(r"""== ["'][A-D]["']""", source), "a test compares with a letter typed into the lesson"

@@ -12,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 
 from session_cache import run_cache
-from zerolab.tools import poll_shell_in_slices
+from zerolab.base.interpreter import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 # Lesson 09's solution runs top to bottom in tests/test_lesson09.py (the same kernel and environment, and more

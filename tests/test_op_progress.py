@@ -14,7 +14,7 @@ import pytest
 
 from zerolab.run import op_cache
 from zerolab.run.progress import Progress
-from zerolab.tools import env_with_interpreter_bin
+from zerolab.base.interpreter import env_with_interpreter_bin
 
 
 def lines(progress):

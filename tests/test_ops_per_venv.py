@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.run.op_locks import clear_orphaned_locks, holders
-from zerolab.tools import env_with_interpreter_bin, own_extensions_root
+from zerolab.base.interpreter import env_with_interpreter_bin, own_extensions_root
 
 pytestmark = pytest.mark.slow
 OP = "CPUAdamBuilder"  # the op setup.sh builds: ours loads from the cache, the other venv compiles its own once

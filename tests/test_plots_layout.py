@@ -1,6 +1,6 @@
-"""Lesson 01's whole-budget figure (zerolab.plots.budget_by_stage) laid out so that no text overlaps, in both editions.
+"""Lesson 01's whole-budget figure (zerolab.lesson.plots.budget_by_stage) laid out so that no text overlaps, in both editions.
 
-The figure is drawn as a notebook shows it (zerolab.plots.show: PNG at 90 dpi), then the extent of every text the
+The figure is drawn as a notebook shows it (zerolab.lesson.plots.show: PNG at 90 dpi), then the extent of every text the
 renderer placed (title, legend, panel titles, tick labels, axis labels, the total above each bar) is compared:
 no two may overlap, each stays inside the figure, the title and legend stay off the panels, and the bar totals stay
 inside their panel. Drawn as the lesson draws it (three panels: the static view) and as the widget draws it (one
@@ -10,10 +10,10 @@ import itertools
 
 import pytest
 
-import zerolab.i18n
-from zerolab import plots
+import zerolab.base.i18n
+from zerolab.lesson import plots
 
-DPI = 90  # zerolab.plots.show
+DPI = 90  # zerolab.lesson.plots.show
 FIGURES = {
     "lesson 01 (static view)": dict(model="llama2-7b", gpus=8, seq_len=4096, micro_batch=1,
                                     recomputes=("none", "selective", "full")),
@@ -28,10 +28,10 @@ def edition(request, monkeypatch):
     import matplotlib
 
     monkeypatch.setenv("ZEROLAB_LANG", request.param)
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
     with matplotlib.rc_context():
         yield request.param
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
 
 
 def placed_texts(fig):

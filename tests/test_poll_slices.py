@@ -1,4 +1,4 @@
-"""zerolab.tools.poll_shell_in_slices: nbclient asks for a cell's reply in slices of a second, so a poll that
+"""zerolab.base.interpreter.poll_shell_in_slices: nbclient asks for a cell's reply in slices of a second, so a poll that
 misses its wake-up (pyzmq under load) costs a second, not the whole cell timeout; the timeout itself still holds."""
 import asyncio
 from queue import Empty
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from zerolab.tools import poll_shell_in_slices
+from zerolab.base.interpreter import poll_shell_in_slices
 
 
 class Channel:

@@ -1,7 +1,7 @@
 """Publishing the course: `autograder/build.py --publish https://github.com/OWNER/NAME`, run on a temporary copy
-(--out), writes the repository into zerolab/course.py and a working badge into the README and every lesson, and
+(--out), writes the repository into zerolab/lesson/course.py and a working badge into the README and every lesson, and
 the setup cell installs from that repository. The link formats are the ones Colab, ModelScope and Binder document,
-written out here rather than taken from zerolab/course.py.
+written out here rather than taken from zerolab/lesson/course.py.
 """
 import subprocess
 import sys
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "autograder"))
 import build  # noqa: E402
 
-from zerolab import course  # noqa: E402
+from zerolab.lesson import course  # noqa: E402
 
 URL = "https://github.com/test-owner/test-course"
 pytestmark = pytest.mark.slow
@@ -43,9 +43,9 @@ def test_a_course_built_elsewhere_has_its_grading_configuration(published):
 
 
 def test_publish_records_the_repository_in_the_course(published):
-    text = (published / "zerolab" / "course.py").read_text()
+    text = (published / "zerolab" / "lesson" / "course.py").read_text()
     assert f"REPO = '{URL}'" in text, "the .git of a clone URL is dropped"
-    assert (ROOT / "zerolab" / "course.py").read_text() != text, "a build with --out leaves the checkout alone"
+    assert (ROOT / "zerolab" / "lesson" / "course.py").read_text() != text, "a build with --out leaves the checkout alone"
 
 
 def test_every_lesson_of_both_readmes_has_its_badges(published):
@@ -97,4 +97,4 @@ def test_publish_refuses_what_is_not_a_github_repository(tmp_path):
                            "https://example.com/a/b", "--out", str(tmp_path), "--no-execute"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "https://github.com/OWNER/NAME" in done.stderr
-    assert not (tmp_path / "zerolab" / "course.py").exists()
+    assert not (tmp_path / "zerolab" / "lesson" / "course.py").exists()

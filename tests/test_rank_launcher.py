@@ -1,4 +1,4 @@
-"""The warm rank launcher (zerolab.handmade.rank_launcher): the jobs of one process fork their ranks from one warm
+"""The warm rank launcher (zerolab.handmade.core.rank_launcher): the jobs of one process fork their ranks from one warm
 launcher, each job with the environment and folder the process had when it started the job, and nothing of a job
 outlives it; a dead launcher is replaced, and the launcher ends with the process that started it."""
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from leftovers import ranks_left
-from zerolab.handmade import harness, rank_launcher
+from zerolab.handmade.core import harness, rank_launcher
 
 TESTS = Path(__file__).resolve().parent
 PROBE = {"kind": "rank_probe:where"}
@@ -49,7 +49,7 @@ def test_a_dead_launcher_is_replaced(fresh_launcher):
 
 def test_the_launcher_ends_with_the_process_that_started_it(tmp_path):
     """A kernel killed with SIGKILL cannot tear anything down: its warm launcher sees its stdin close and ends."""
-    script = ("import os, sys, time\nsys.path.insert(0, sys.argv[1])\nfrom zerolab.handmade import harness, "
+    script = ("import os, sys, time\nsys.path.insert(0, sys.argv[1])\nfrom zerolab.handmade.core import harness, "
               "rank_launcher\nharness.run({'kind': 'rank_probe:where'}, 2, progress=False)\n"
               "print(rank_launcher.warm_pid(), flush=True)\ntime.sleep(600)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))

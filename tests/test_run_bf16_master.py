@@ -1,10 +1,10 @@
 """bf16 master weights and bf16 Adam moments (DeepSpeed's bf16.bf16_master_weights_and_grads and
 bf16.bf16_optimizer_states, 0.18.3+), on 2 CPU ranks: what each rank holds after two steps equals
-zerolab.memory.estimate's paper accounting with master="bf16" (and moments="bf16"), at stages 1-3, on the device and
+zerolab.engine.memory.estimate's paper accounting with master="bf16" (and moments="bf16"), at stages 1-3, on the device and
 under optimizer offload, where DeepSpeed's CPU Adam steps bf16 masters with fp32 or bf16 moments."""
 import pytest
 
-from zerolab import memory
+from zerolab.engine import memory
 from zerolab.run import make_config, run
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 
 from zerolab.run import run_cache
 from zerolab.run.run_cache import through_cache
-from zerolab.tools import run_cache_from_environment
+from zerolab.base.interpreter import run_cache_from_environment
 
 JOB = {"config": {"zero_optimization": {"stage": 2}}, "steps": 2, "device": "cpu"}
 

@@ -19,6 +19,12 @@ def zerolab(*args):
     (["--ranks", "0"], "--ranks must be >= 1"),
     (["--config", "/no/such/file.json"], "cannot read --config"),
     (["--config", "x.json", "--stage", "2"], "do not mix"),
+    (["--config", "x.json", "--master", "bf16"], "do not mix"),
+    (["--stage", "2", "--moments", "bf16"], "--moments bf16 needs --master bf16"),
+    (["--stage", "0", "--master", "bf16"], "needs --stage 1, 2 or 3"),
+    (["--stage", "2", "--master", "bf16", "--precision", "fp32"], "needs --precision bf16"),
+    # what deepspeed.initialize refuses, said before a rank starts (zerolab check's rule, DeepSpeed's words)
+    (["--stage", "2", "--master", "bf16"], "Master weights feature requires ZeRO Offload with DeepSpeedCPUAdam"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     done = zerolab(*args)
@@ -71,3 +77,21 @@ def test_failures_name_the_knob_to_turn():
     ninja = {"type": "RuntimeError", "message": "Unable to JIT load the fused_adam op due to ninja not being installed.",
              "traceback": ""}
     assert "ninja" in explain_failure(0, ninja, 1, "")
+
+
+@pytest.mark.slow
+def test_bf16_master_weights_and_moments_from_the_flags(tmp_path):
+    """--master bf16 --moments bf16 trains, and each rank's master weights and Adam states are what the estimate
+    says for bf16 (2 + 4 bytes per parameter of its partition), measured from the engine's own tensors."""
+    done = zerolab("--stage", "1", "--master", "bf16", "--moments", "bf16", "--ranks", "2", "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["config"]["bf16"] == {"enabled": True, "bf16_master_weights_and_grads": True,
+                                        "bf16_optimizer_states": True}
+    for rank in result["ranks"]:
+        assert rank["master_weight_bytes"] == result["predicted"]["master_weight_bytes"]
+        assert rank["optimizer_state_bytes"] == result["predicted"]["optimizer_state_bytes"]
+    fp32 = zerolab("--stage", "1", "--ranks", "2", "--steps", "1", "--json")
+    assert fp32.returncode == 0, fp32.stderr
+    # half the bytes: bf16 against fp32, for the same partition
+    assert 2 * result["predicted"]["master_weight_bytes"] == json.loads(fp32.stdout)["predicted"]["master_weight_bytes"]

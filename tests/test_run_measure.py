@@ -75,7 +75,7 @@ def test_optimizer_side_matches_prediction_within_1_percent(runs, name, componen
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_partitioning_follows_the_stage(runs, name):
-    """Independent of zerolab.memory: Adam's two fp32 moments are 8 bytes per parameter, split from stage 1 on."""
+    """Independent of zerolab.engine.memory: Adam's two fp32 moments are 8 bytes per parameter, split from stage 1 on."""
     result, _ = runs[name]
     params = count_params(TinyGPT(ModelSpec()))
     stage = CONFIGS[name][0]

@@ -1,4 +1,4 @@
-"""zerolab.simulate (HF models under FakeTensorMode) against real runs, and the 'hf' activation formula against it."""
+"""zerolab.sizing.simulate (HF models under FakeTensorMode) against real runs, and the 'hf' activation formula against it."""
 import itertools
 import json
 import subprocess
@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from zerolab.activations import activation_memory
+from zerolab.engine.activations import activation_memory
 from zerolab.errors import UserError
-from zerolab.hf_models import HF_CONFIGS, load_hf_config
-from zerolab.models import PRESETS, from_hf_config
-from zerolab.simulate import Simulation, _Progress, simulate
+from zerolab.sizing.hf_models import HF_CONFIGS, load_hf_config
+from zerolab.engine.models import PRESETS, from_hf_config
+from zerolab.sizing.simulate import Simulation, _Progress, simulate
 
 TOLERANCE = 0.03  # the issue's bar for the formula against the simulation
 TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_attention_heads": 4,
@@ -30,7 +30,7 @@ def _cache_in_tmp(tmp_path, monkeypatch):
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_a_fake_step_allocates_what_a_real_step_does(attention, recompute):
     """The same tiny model on real CPU tensors: FakeTensorMode (and its unpacked-sequence answer) changes nothing."""
-    from zerolab.simulate_run import run_step
+    from zerolab.sizing.simulate_run import run_step
     quiet = lambda *args, **kwargs: None  # noqa: E731
     fake = run_step(TINY, quiet, 128, 2, attention, recompute, "bf16", fake=True)
     real = run_step(TINY, quiet, 128, 2, attention, recompute, "bf16", fake=False)
@@ -177,5 +177,5 @@ def test_commands_that_do_not_simulate_do_not_import_transformers():
     assert result.returncode == 0, result.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "zerolab.cli" in imported  # the probe sees the command's imports
-    assert not {name for name in imported if name.split(".")[0] == "transformers" or name == "zerolab.simulate_run"}
+    assert "zerolab.cli.main" in imported  # the probe sees the command's imports
+    assert not {name for name in imported if name.split(".")[0] == "transformers" or name == "zerolab.sizing.simulate_run"}

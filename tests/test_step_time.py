@@ -1,4 +1,4 @@
-"""zerolab.step_time and zerolab.gpus: what each part of a step costs, over which link, and what overlaps."""
+"""zerolab.sizing.step_time and zerolab.sizing.gpus: what each part of a step costs, over which link, and what overlaps."""
 import json
 import os
 import subprocess
@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from zerolab import comm, gpus, host_speed, step_time
-from zerolab.deepspeed_traffic import step_traffic
+from zerolab.engine import comm
+from zerolab.sizing import gpus, host_speed, step_time
+from zerolab.engine.deepspeed_traffic import step_traffic
 
 H100 = gpus.preset("h100-80gb")
 PSI = 13_000_000_000
@@ -26,7 +27,7 @@ def test_presets_name_their_data_sheet_and_the_brief_s_gpus():
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_collectives_are_deepspeeds_volumes(stage):
     """3 x params per step at every stage with one micro-step (ZeRO-1/2 all-reduce their buckets), as
-    zerolab.deepspeed_traffic (checked call for call against real runs) counts a model of 100 equal parameters."""
+    zerolab.engine.deepspeed_traffic (checked call for call against real runs) counts a model of 100 equal parameters."""
     world, sizes = 8, [PSI // 100] * 100
     real = step_traffic(sizes, stage, world, precision="bf16")["collectives"]
     big = [c for c in real if c["elements"] > 1000]  # the norm and overflow flags are one element each
@@ -70,8 +71,8 @@ def test_measured_cpu_adam_is_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("ZEROLAB_CACHE_DIR", str(tmp_path))
     assert host_speed.load() is None
     host_speed.save({"params_per_s": 3e8, "measured_at": "then", "machine": "here"})
-    from zerolab.fit import fit
-    from zerolab.models import preset
+    from zerolab.sizing.fit import fit
+    from zerolab.engine.models import preset
 
     result = fit(preset("llama2-7b"), 4096, gpus_per_node=8, gpu="h100-80gb")
     assert result.assumptions["cpu_adam_params_per_s"] == 3e8 and "measured" in result.assumptions["cpu_adam_source"]

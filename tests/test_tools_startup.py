@@ -1,5 +1,5 @@
 """zerolab's own processes (its commands, grading workers, the build) start without jsonschema's slow "iri" checker
-(zerolab.tools.skip_the_slow_iri_checker), lose no validation that nbgrader relies on, and leave a learner's
+(zerolab.base.interpreter.skip_the_slow_iri_checker), lose no validation that nbgrader relies on, and leave a learner's
 kernel as it was."""
 import re
 import subprocess
@@ -44,13 +44,13 @@ def test_a_grading_worker_skips_the_checker_and_still_validates_notebooks():
 
 
 def test_the_command_line_skips_it_before_any_command_runs():
-    *_help, blocked = python("import sys\nfrom zerolab import cli\n"
+    *_help, blocked = python("import sys\nfrom zerolab.cli import main as cli\n"
                         "try:\n    cli.main(['grade', '--help'])\nexcept SystemExit:\n    pass\n"
                         "print(sys.modules.get('rfc3987_syntax', 'absent') is None)")
     assert blocked == "True"
 
 
 def test_a_kernel_importing_zerolab_keeps_its_jsonschema_whole():
-    (state,) = python("import sys\nimport zerolab, zerolab.checks\n"
+    (state,) = python("import sys\nimport zerolab, zerolab.lesson.checks\n"
                       "print('blocked' if sys.modules.get('rfc3987_syntax', 'absent') is None else 'untouched')")
     assert state == "untouched"

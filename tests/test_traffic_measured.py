@@ -1,4 +1,4 @@
-"""zerolab.deepspeed_traffic against zerolab.run.meter on real 2-rank CPU trainings (DeepSpeed 0.19.8).
+"""zerolab.engine.deepspeed_traffic against zerolab.run.meter on real 2-rank CPU trainings (DeepSpeed 0.19.8).
 
 One run per configuration (2 optimizer steps, the tiny GPT); the last step of each rank is compared: every
 collective's calls and bytes, grouped by op and dtype, and the offload bytes each direction, exactly. Between them

@@ -2,9 +2,9 @@
 test starts ranks or saves a checkpoint; an answered cell, in any shape, is never taken for the stub."""
 import pytest
 
-from zerolab.checks_source import off_limits
-from zerolab.handmade import grade
-from zerolab.handmade.source import unanswered
+from zerolab.lesson.checks_source import off_limits
+from zerolab.handmade.zero1 import grade
+from zerolab.lesson.source import unanswered
 
 STUBS = {
     "function": 'def consolidate(checkpoint_dir):\n    """doc"""\n    # YOUR CODE HERE\n    raise NotImplementedError()\n',

@@ -22,7 +22,7 @@ BIN = Path(sys.executable).parent
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 LESSON = "03_overlap_comm"  # the fastest lesson to execute
 # Programs zerolab may start by name: system tools, never a Python package's script.
-SYSTEM_TOOLS = {"sh", "bash", "ps", "bwrap", "sleep", "apt-get", "git"}
+SYSTEM_TOOLS = {"sh", "bash", "ps", "bwrap", "sleep", "apt-get", "git", "sbatch", "scancel", "squeue"}
 
 
 def bare_environment(**extra):
@@ -56,7 +56,7 @@ def test_no_bare_python_tool_in_any_argv():
                 first = node.args[0].elts[0]
                 if isinstance(first, ast.Constant) and first.value not in SYSTEM_TOOLS:
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno} starts {first.value!r} by name")
-    assert not offenders, "use zerolab.tools.python_module(...) instead:\n" + "\n".join(offenders)
+    assert not offenders, "use zerolab.base.interpreter.python_module(...) instead:\n" + "\n".join(offenders)
 
 
 @pytest.mark.slow
@@ -97,7 +97,7 @@ def test_ranks_find_the_ninja_next_to_this_interpreter():
     """DeepSpeed's op builder runs `ninja` by name: a rank's PATH leads with the interpreter's own bin folder."""
     import shutil
 
-    from zerolab.tools import env_with_interpreter_bin
+    from zerolab.base.interpreter import env_with_interpreter_bin
 
     env = env_with_interpreter_bin({"PATH": SYSTEM_PATH})
     assert env["PATH"].split(os.pathsep)[0] == str(BIN)

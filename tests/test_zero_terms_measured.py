@@ -1,4 +1,4 @@
-"""zerolab.zero_terms against real DeepSpeed 0.19.8 engines on 2 CPU ranks (tests/zero_terms_probe.py watches them).
+"""zerolab.engine.zero_terms against real DeepSpeed 0.19.8 engines on 2 CPU ranks (tests/zero_terms_probe.py watches them).
 
 What is checked, each from DeepSpeed's own objects during training: the fp32 gradient partition exists only inside
 ``step()`` (stages 1, 2 and 3), made there from a flat 16-bit copy of the gradient partition; ZeRO-1/2 hold two
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from zerolab import zero_terms
+from zerolab.engine import zero_terms
 from zerolab.run.launch import free_port
 
 pytestmark = pytest.mark.slow

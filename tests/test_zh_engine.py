@@ -13,15 +13,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import zerolab.i18n
-from zerolab import checks, fonts, plots
-from zerolab.i18n import catalog, translate
+import zerolab.base.i18n
+from zerolab.lesson import checks, plots
+from zerolab.base import fonts
+from zerolab.base.i18n import catalog, translate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lesson_messages import template  # noqa: E402
 
-ZEROLAB = Path(zerolab.i18n.__file__).resolve().parent
-CATALOG = ZEROLAB / "locale" / "zh" / "zerolab.json"
+ZEROLAB = Path(zerolab.base.i18n.__file__).resolve().parent.parent
+CATALOG = ZEROLAB / "base" / "locale" / "zh" / "zerolab.json"
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -36,19 +37,19 @@ def variants(node):
     return {template(node)}
 
 
-FEEDBACK = {"checks.py", "grade.py", "harness.py", "source.py", "rank.py", "verdict.py"}  # zerolab/ and handmade/
+FEEDBACK = {"checks.py", "grade.py", "harness.py", "source.py", "rank.py", "verdict.py"}  # zerolab/lesson/, handmade/
 LITERAL = (ast.Constant, ast.JoinedStr, ast.BinOp, ast.IfExp)
 
 
 def engine_messages():
     """[(file:line, keys)] of every tr() call with a literal argument in zerolab/, and of the feedback the lessons'
-    tests raise: the literal messages raised in zerolab/checks.py and zerolab/handmade/ (lesson 08), and the
+    tests raise: the literal messages raised in zerolab/lesson/checks.py and zerolab/handmade/ (lesson 08), and the
     problems lesson 08's verdict and harness return."""
     found = []
     for path in sorted(ZEROLAB.rglob("*.py")):
         where = path.relative_to(ZEROLAB.parent)
-        feedback = (path.name in FEEDBACK and path.parent.name in ("zerolab", "handmade")
-                    or path.parent.name == "handmade" and path.name.endswith("_verdict.py"))
+        handmade = "handmade" in where.parts
+        feedback = path.name in FEEDBACK and (handmade or path.parent.name == "lesson")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             message = None
             if feedback and isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args \
@@ -56,7 +57,7 @@ def engine_messages():
                 message = node.exc.args[0]
             elif feedback and isinstance(node, ast.Assert) and node.msg is not None:
                 message = node.msg
-            elif feedback and path.parent.name == "handmade" and isinstance(node, ast.Return) \
+            elif feedback and handmade and isinstance(node, ast.Return) \
                     and isinstance(node.value, LITERAL):
                 message = node.value
             elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "tr" and node.args \
@@ -68,7 +69,7 @@ def engine_messages():
             if message is not None:
                 # two values side by side cannot be told apart: the catalog spells out their cases instead
                 keys = {key for key in variants(message) if key is None or "{}{}" not in key}
-                if path.parent.name in ("handmade", "config"):  # messages passed along are no literal
+                if handmade or path.parent.name == "config":  # messages passed along are no literal
                     keys.discard(None)
                 found.append((f"{where}:{node.lineno}", keys))
     return found
@@ -80,15 +81,15 @@ def placeholders(text):
 
 def test_every_engine_message_has_a_catalog_entry():
     found = engine_messages()
-    assert sum(1 for where, _ in found if where.startswith("zerolab/checks.py")) >= 25  # the scan sees checks.py
-    assert any(where.startswith("zerolab/plots.py") for where, _ in found)
-    assert sum(1 for where, _ in found if where.startswith("zerolab/handmade/verdict.py")) >= 20
+    assert sum(1 for where, _ in found if where.startswith("zerolab/lesson/checks.py")) >= 25  # the scan sees checks.py
+    assert any(where.startswith("zerolab/lesson/plots.py") for where, _ in found)
+    assert sum(1 for where, _ in found if where.startswith("zerolab/handmade/zero1/verdict.py")) >= 20
     assert sum(1 for where, _ in found if where.startswith("zerolab/config/checks.py")) >= 12
     zh = catalog("zh")
     # a message that is only its values, such as "{}: {}", needs no entry (and one would match every such text)
     missing = [(where, key) for where, keys in found for key in keys
                if key not in zh and re.search(r"[A-Za-z]", key.replace("{}", ""))]
-    assert not missing, f"not in zerolab/locale/zh/zerolab.json: {missing}"
+    assert not missing, f"not in zerolab/base/locale/zh/zerolab.json: {missing}"
 
 
 def test_catalog_format_and_placeholders():
@@ -116,17 +117,17 @@ def test_a_templates_values_are_translated_with_it():
 
 
 def test_lesson08_feedback_built_from_parts_comes_out_whole(monkeypatch, tmp_path):
-    from zerolab.handmade import harness
+    from zerolab.handmade.core import harness
 
     error = {"type": "ZeroDivisionError", "message": "division by zero", "line": 3, "in_learner_code": True}
     (tmp_path / "rank1.error.json").write_text(json.dumps(error))
     job = {"source": "x = 1\ny = 2\nz = 1 / 0\n", "collective_timeout": 20}
     monkeypatch.setenv("ZEROLAB_LANG", "zh")
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
     try:
         message = harness._failure_message(str(tmp_path), 2, "", job)
     finally:
-        zerolab.i18n.language.cache_clear()
+        zerolab.base.i18n.language.cache_clear()
     assert message == "rank 1（共 2 个）抛出了 ZeroDivisionError，位于你的单元格第 3 行（z = 1 / 0）: division by zero"
     sharded = ("with 2 ranks, rank 0 keeps 10900 bytes alive besides its parameters, gradients and communication "
                "buffers, more than 1/2 of AdamW's 19720 bytes of state for the whole model: Adam's moments are not "
@@ -140,12 +141,12 @@ def test_the_doctors_findings_print_in_chinese_and_keep_their_english_message(mo
     config = {"train_batch_size": 8, "zero_optimisation": {"stage": 2}}
     english = [str(finding) for finding in check_config(config).findings]
     monkeypatch.setenv("ZEROLAB_LANG", "zh")
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
     try:
         report = check_config(config)
         chinese = [str(finding) for finding in report.findings]
     finally:
-        zerolab.i18n.language.cache_clear()
+        zerolab.base.i18n.language.cache_clear()
     typo = next(line for line in chinese if "zero_optimisation" in line)
     assert "悄悄忽略" in typo and "你是不是想写 'zero_optimization'" in typo
     assert all(CJK.search(line) for line in chinese) and not any(CJK.search(line) for line in english)
@@ -163,11 +164,11 @@ def test_explain_config_speaks_chinese(monkeypatch):
                                                                   "reduce_bucket_size": 5e8}}]
     english = [e.text for config in configs for e in explain_config(config)]
     monkeypatch.setenv("ZEROLAB_LANG", "zh")
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
     try:
         chinese = [e.text for config in configs for e in explain_config(config)]
     finally:
-        zerolab.i18n.language.cache_clear()
+        zerolab.base.i18n.language.cache_clear()
     assert len(chinese) == len(english) > 20
     # Chinese throughout: no line without Chinese, no English words left running ("optimizer state", "per GPU")
     untranslated = [(en, zh) for en, zh in zip(english, chinese)
@@ -181,10 +182,10 @@ def chinese(monkeypatch):
     import matplotlib
 
     monkeypatch.setenv("ZEROLAB_LANG", "zh")
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
     with matplotlib.rc_context():
         yield
-    zerolab.i18n.language.cache_clear()
+    zerolab.base.i18n.language.cache_clear()
 
 
 def _run_result():
@@ -199,7 +200,7 @@ def _run_result():
     return RunResult(config={}, setup=setup, ranks=[dict(rank, rank=0), dict(rank, rank=1)], predicted=predicted)
 
 
-FIGURES = {  # the figures lessons draw (through zerolab.widgets' static views and lesson 06)
+FIGURES = {  # the figures lessons draw (through zerolab.lesson.widgets' static views and lesson 06)
     "memory_by_stage": lambda: plots.memory_by_stage("13B", (1, 8, 64)),
     "memory_by_stage_deepspeed": lambda: plots.memory_by_stage("13B", (8,), accounting="deepspeed"),
     "budget_by_stage": lambda: plots.budget_by_stage("llama2-7b", 8, 4096, 1, ("none", "selective", "full")),
@@ -233,7 +234,7 @@ def test_chinese_figures_render_without_missing_glyphs(chinese, name):
 
     assert fonts.cjk_family() is not None, "no CJK font: mplfonts (requirements.txt) is missing"
     matplotlib.rcParams["font.sans-serif"] = ["DejaVu Sans"]  # as in a kernel that never ran activate()
-    fig = FIGURES[name]()  # zerolab.plots sets up the CJK font itself (fonts.use_cjk_font) in a Chinese kernel
+    fig = FIGURES[name]()  # zerolab.lesson.plots sets up the CJK font itself (fonts.use_cjk_font) in a Chinese kernel
     texts = _texts(fig)
     assert texts and all(CJK.search(text) for text in texts), [t for t in texts if not CJK.search(t)]
     _render(fig)
@@ -257,8 +258,8 @@ def _run_notebook(folder, metadata):
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook(metadata=metadata)
-    nb.cells = [nbformat.v4.new_code_cell("import zerolab.i18n\nzerolab.i18n.activate()"),
-                nbformat.v4.new_code_cell("from zerolab.checks import whole\nwhole(3.0)")]
+    nb.cells = [nbformat.v4.new_code_cell("import zerolab.base.i18n\nzerolab.base.i18n.activate()"),
+                nbformat.v4.new_code_cell("from zerolab.lesson.checks import whole\nwhole(3.0)")]
     folder.mkdir()
     nbformat.write(nb, str(folder / "lesson.ipynb"))
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,

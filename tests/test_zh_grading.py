@@ -17,7 +17,7 @@ import pytest
 
 from tests.submissions.feedback import VARIANTS
 from zerolab.grading.answers import with_answers
-from zerolab.tools import env_with_interpreter_bin, python_module
+from zerolab.base.interpreter import env_with_interpreter_bin, python_module
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "autograder"))

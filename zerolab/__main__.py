@@ -1,3 +1,3 @@
-from zerolab.cli import main
+from zerolab.cli.main import main
 
 raise SystemExit(main())

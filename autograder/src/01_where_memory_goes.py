@@ -15,10 +15,10 @@
 # - say what fraction of the DDP memory each stage keeps, and why that fraction depends on the GPU count;
 # - read DeepSpeed's own estimator and explain why it counts more bytes than the paper.
 #
-# Every number in this notebook is computed by the `zerolab` package (`zerolab.memory`), which the course's
+# Every number in this notebook is computed by the `zerolab` package (`zerolab.engine.memory`), which the course's
 # tests check against the ZeRO paper and against DeepSpeed's estimator functions.
 
-# %% [markdown] lang="zh" en="95d13b9f0d31"
+# %% [markdown] lang="zh" en="129a94e4371b"
 # ## 学习目标
 #
 # 学完本课，你能够：
@@ -28,14 +28,14 @@
 # - 说出每个 stage 保留了 DDP 显存的多大比例，以及为什么这个比例取决于 GPU 数量；
 # - 读懂 DeepSpeed 自带的估算函数，并解释它为什么比论文多算了一些字节。
 #
-# 本 notebook 中的每个数字都由 `zerolab` 包（`zerolab.memory`）计算得出，课程的测试会把它与 ZeRO 论文以及 DeepSpeed 的估算函数逐一核对。
+# 本 notebook 中的每个数字都由 `zerolab` 包（`zerolab.engine.memory`）计算得出，课程的测试会把它与 ZeRO 论文以及 DeepSpeed 的估算函数逐一核对。
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
-from zerolab import memory, units
-from zerolab.i18n import tr
-from zerolab.units import GB, GiB
+from zerolab.engine import memory, units
+from zerolab.base.i18n import tr
+from zerolab.engine.units import GB, GiB
 
 P13B = units.parse_count("13B")
 
@@ -115,11 +115,11 @@ def model_state_bytes(params):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_model_state_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("model_state_bytes", ["zerolab.memory.estimate"], exercise="exercise 1",
+off_limits("model_state_bytes", ["zerolab.engine.memory.estimate"], exercise="exercise 1",
            instead="count the bytes per parameter of each state yourself")
-from zerolab.checks import close_to, dict_keys, number
+from zerolab.lesson.checks import close_to, dict_keys, number
 
 answer = dict_keys(model_state_bytes(1000), ["params", "grads", "master_weights", "optimizer_states"],
                    "model_state_bytes(1000)")
@@ -132,10 +132,10 @@ close_to(sum(answer.values()), memory.estimate(1000, 0).gpu_bytes, "the sum of m
          hint="the four states together should match the total printed above (per parameter)",
          slips={5 / 16: "counted values (elements), not bytes: a 16-bit value takes 2 bytes, an fp32 one 4"})
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import plain as _plain
 
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys
 
 for _params in (1, 7, 123_456_789, 175_000_000_000):
     _name = f"model_state_bytes({_params})"
@@ -177,7 +177,7 @@ for _params in (1, 7, 123_456_789, 175_000_000_000):
 # 拖动滑块：模型规模、GPU 数量以及口径（论文的口径，或第 4 节介绍的 DeepSpeed 估算函数）。在无法显示控件的环境中，你会看到 1、8 和 64 张 GPU 的静态图。
 
 # %%
-from zerolab import widgets
+from zerolab.lesson import widgets
 
 widgets.memory_explorer(params="13B", gpus=8)
 
@@ -239,14 +239,14 @@ def per_gpu_bytes(params, stage, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_per_gpu_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_cascade import with_reference
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_cascade import with_reference
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("per_gpu_bytes", ["zerolab.memory.estimate"], exercise="exercise 2", earlier=["model_state_bytes"],
+off_limits("per_gpu_bytes", ["zerolab.engine.memory.estimate"], exercise="exercise 2", earlier=["model_state_bytes"],
            instead="divide the states each stage partitions by the GPU count yourself")
 _earlier = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0, whole_bytes=False)
                           .breakdown["gpu"], "exercise 1", "exercise 2", abs_tol=1e-6)
-from zerolab.checks import close_to, number
+from zerolab.lesson.checks import close_to, number
 
 number(per_gpu_bytes(1000, 0, 8), "per_gpu_bytes(1000, 0, 8)", "bytes")
 assert per_gpu_bytes(1000, 0, 8) == per_gpu_bytes(1000, 0, 1), "DDP copies everything: the GPU count does not matter"
@@ -263,8 +263,8 @@ close_to(per_gpu_bytes(P13B, 2, 8), memory.estimate(P13B, 2, gpus_per_node=8).gp
                              "gradients and optimizer split")
 _earlier.note()
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _params in (7_500_000_000, 1_000_000_001, 350_000_000):
     for _stage in (0, 1, 2, 3):
@@ -329,17 +329,17 @@ def fraction_kept(stage, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_fraction_kept", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_cascade import with_reference
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_cascade import with_reference
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("fraction_kept", ["zerolab.memory.estimate"], exercise="exercise 3",
+off_limits("fraction_kept", ["zerolab.engine.memory.estimate"], exercise="exercise 3",
            earlier=["per_gpu_bytes", "model_state_bytes"], instead="divide what each stage keeps by what DDP keeps yourself")
 _earlier = with_reference("per_gpu_bytes", lambda params, stage, gpus: memory.estimate(
     params, stage, gpus_per_node=gpus, whole_bytes=False).gpu_bytes, "exercise 2", "exercise 3", abs_tol=1e-6)
 _earliest = with_reference("model_state_bytes", lambda params: memory.estimate(params, 0, whole_bytes=False)
                            .breakdown["gpu"], "exercise 1", "exercise 3", abs_tol=1e-6)
 
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 close_to(fraction_kept(3, 8), 1 / 8, "fraction_kept(3, 8)", 1e-6, hint="ZeRO-3 on 8 GPUs keeps one eighth",
          slips={100: "wrong unit: that is a percentage; return a fraction between 0 and 1",
@@ -352,8 +352,8 @@ assert fraction_kept(1, 64) > 0.25, "ZeRO-1 still copies the fp16 parameters and
 _earlier.note()
 _earliest.note()
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _stage in (0, 1, 2, 3):
     for _gpus in (1, 2, 5, 16, 4096):
@@ -423,11 +423,11 @@ def deepspeed_zero2_gib(params, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_deepspeed_zero2_gib", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("deepspeed_zero2_gib", ["zerolab.memory.estimate", "deepspeed.runtime.zero.stage_1_and_2"],
+off_limits("deepspeed_zero2_gib", ["zerolab.engine.memory.estimate", "deepspeed.runtime.zero.stage_1_and_2"],
            exercise="exercise 4", instead="write DeepSpeed's count out: 2 bytes whole, the rest partitioned, in GiB")
-from zerolab.checks import close_to, number
+from zerolab.lesson.checks import close_to, number
 
 number(deepspeed_zero2_gib(P13B, 8), "deepspeed_zero2_gib(13B, 8)", "GiB")
 assert deepspeed_zero2_gib(P13B, 8) > memory.estimate(P13B, 2, gpus_per_node=8).gpu_bytes / GiB, \
@@ -442,7 +442,7 @@ import os as _os
 _os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as _ds_zero2
 
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
     for _gpus in (1, 4, 16):
@@ -468,9 +468,9 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # - **full recomputation** (activation checkpointing): keep only each layer's input, and run the layer's
 #   forward again during its backward. <!-- claim: checkpoint-keeps-only-each-layer-input -->
 #
-# `zerolab.activations` counts them term by term for a decoder's shape; `zerolab.models` has published shapes:
+# `zerolab.engine.activations` counts them term by term for a decoder's shape; `zerolab.engine.models` has published shapes:
 
-# %% [markdown] lang="zh" en="102246bf9816"
+# %% [markdown] lang="zh" en="8c6e3f883ff1"
 # ## 5. 放得下吗？激活值与整体预算
 #
 # 模型状态是 ZeRO 切分的对象。训练还要保存**激活值**：前向传播存下来、供反向传播计算梯度用的张量。ZeRO 不切分激活值：每张 GPU 保存自己那个微批次（micro-batch）的激活值，它们随序列长度和微批次大小增长。
@@ -480,10 +480,11 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # - **选择性重计算**：在反向传播时重新计算注意力核心部分（去掉 s x s 那一项）；
 # - **完全重计算**（激活检查点）：只保存每一层的输入，在该层反向传播时把它的前向再跑一遍。<!-- claim: checkpoint-keeps-only-each-layer-input -->
 #
-# `zerolab.activations` 按解码器的结构逐项统计激活值；`zerolab.models` 收录了已公开模型的结构：
+# `zerolab.engine.activations` 按解码器的结构逐项统计激活值；`zerolab.engine.models` 收录了已公开模型的结构：
 
 # %%
-from zerolab import activations, budget, models
+from zerolab.engine import activations, models
+from zerolab.sizing import budget
 
 llama = models.preset("llama2-7b")
 print(tr(f"{llama.name}: {units.format_count(llama.params())} parameters, {llama.layers} layers, hidden {llama.hidden}"))
@@ -500,14 +501,14 @@ for recompute in activations.RECOMPUTE:
 # These figures are checked against real torch blocks: a hook (`torch.autograd.graph.saved_tensors_hooks`)
 # sees every tensor autograd keeps for backward. Here is the tiny GPT block that lesson 06 trains, next to
 # zerolab's accounting of that block (`real_block`: the paper's terms plus what torch really keeps on a CPU,
-# listed in `zerolab.activations`' docstring):
+# listed in `zerolab.engine.activations`' docstring):
 
-# %% [markdown] lang="zh" en="7164f02f3cf5"
+# %% [markdown] lang="zh" en="ae9e439f6ae7"
 # 有了 flash attention，已经没有注意力分数可省，所以这里选择性重计算几乎省不了什么；完全重计算则能省下绝大部分。把这些数字与第 2 节的模型状态对比一下。
 #
 # ### 实测，而不只是建模
 #
-# 这些数字都与真实的 torch 模块核对过：一个钩子（`torch.autograd.graph.saved_tensors_hooks`）能看到 autograd 为反向传播保存的每一个张量。下面是第 06 课训练的那个小型 GPT block，旁边是 zerolab 对这个 block 的统计（`real_block`：论文中的各项，加上 torch 在 CPU 上实际保存的内容，详见 `zerolab.activations` 的 docstring）：
+# 这些数字都与真实的 torch 模块核对过：一个钩子（`torch.autograd.graph.saved_tensors_hooks`）能看到 autograd 为反向传播保存的每一个张量。下面是第 06 课训练的那个小型 GPT block，旁边是 zerolab 对这个 block 的统计（`real_block`：论文中的各项，加上 torch 在 CPU 上实际保存的内容，详见 `zerolab.engine.activations` 的 docstring）：
 
 # %%
 import torch
@@ -541,7 +542,7 @@ print(tr(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_by
 # <!-- claim: hf-llama-attention-output-once -->zerolab 两种都能统计（`implementation="megatron"` 或 `"hf"`）。它的误差账本（`docs/fit_ledger.md`）把两者分别与整个真实模型的模拟结果并列：PyTorch 的 FakeTensorMode 只带形状、不带数据地跑一个训练步，所以 70B 的模型在笔记本电脑上也能模拟。
 
 # %%
-from zerolab import fit_ledger
+from zerolab.sizing import fit_ledger
 
 for implementation, errors in fit_ledger.summary().items():
     print(tr(f"{implementation:8s}: median error {errors['median_abs']:.1%}, worst {errors['worst']:+.1%} "
@@ -568,12 +569,12 @@ for implementation in ("megatron", "hf"):
 #
 # Will it fit is a question about the sum: model states, activations, the gradient buckets that communication
 # fills (lesson 03), the CUDA context and the allocator's fragmentation (the last two are stated allowances,
-# see `zerolab.budget`). `budget.budget` gives each as a line:
+# see `zerolab.sizing.budget`). `budget.budget` gives each as a line:
 
-# %% [markdown] lang="zh" en="06b542ee18f1"
+# %% [markdown] lang="zh" en="8c7da497b435"
 # ### 一张 GPU 的整体预算
 #
-# 放不放得下，看的是总和：模型状态、激活值、通信时填充的梯度桶（第 03 课）、CUDA 上下文以及分配器的显存碎片（后两项是设定的预留量，见 `zerolab.budget`）。`budget.budget` 把每一项列成一行：
+# 放不放得下，看的是总和：模型状态、激活值、通信时填充的梯度桶（第 03 课）、CUDA 上下文以及分配器的显存碎片（后两项是设定的预留量，见 `zerolab.sizing.budget`）。`budget.budget` 把每一项列成一行：
 
 # %%
 plan = budget.budget(llama, 2, 4096, 1, gpus_per_node=8, recompute="full")
@@ -589,7 +590,7 @@ print(f"{'total per GPU':22s} {units.format_bytes(plan.gpu_bytes):>9}")
 # 再看一次显存探索器（memory explorer），这次显示的是整体预算：可以调整序列长度、微批次大小和重计算方式。在无法显示控件的环境中，你会看到不重计算（none）、选择性重计算（selective）和完全重计算（full）的并排对比。
 
 # %%
-from zerolab import widgets
+from zerolab.lesson import widgets
 
 widgets.memory_explorer(params="llama2-7b", gpus=8, seq_len=4096, micro_batch=1)
 
@@ -601,12 +602,12 @@ widgets.memory_explorer(params="llama2-7b", gpus=8, seq_len=4096, micro_batch=1)
 # recompute=recompute).gpu_bytes`, is at most `gpu_bytes` (no offload, the defaults for everything else).
 # Return an `int`, and 0 when not even one sequence fits. The cell after it checks your function against
 # `zerolab fit`; hidden tests check other models, GPUs and stages against `budget.largest_micro_batch`, so it and
-# `zerolab.fit` are off limits in your cell: search with `budget.budget` yourself.
+# `zerolab.sizing.fit` are off limits in your cell: search with `budget.budget` yourself.
 
-# %% [markdown] lang="zh" en="9e11923d4ea9"
+# %% [markdown] lang="zh" en="0ca365298e28"
 # ### 练习 5：放得下吗？
 #
-# 编写 `largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute)`：返回最大的微批次，使每张 GPU 的整体预算 `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus, recompute=recompute).gpu_bytes` 不超过 `gpu_bytes`（不卸载，其余参数都用默认值）。返回一个 `int`；连一条序列都放不下时返回 0。下一个单元格会把你的函数与 `zerolab fit` 对照检查；隐藏测试还会用 `budget.largest_micro_batch` 检查其他模型、GPU 和 stage，所以你的单元格里不能使用它和 `zerolab.fit`：请自己用 `budget.budget` 搜索。
+# 编写 `largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute)`：返回最大的微批次，使每张 GPU 的整体预算 `budget.budget(model, stage, seq_len, micro_batch, gpus_per_node=gpus, recompute=recompute).gpu_bytes` 不超过 `gpu_bytes`（不卸载，其余参数都用默认值）。返回一个 `int`；连一条序列都放不下时返回 0。下一个单元格会把你的函数与 `zerolab fit` 对照检查；隐藏测试还会用 `budget.largest_micro_batch` 检查其他模型、GPU 和 stage，所以你的单元格里不能使用它和 `zerolab.sizing.fit`：请自己用 `budget.budget` 搜索。
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_largest_micro_batch", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
@@ -621,13 +622,13 @@ def largest_micro_batch(model, seq_len, gpu_bytes, gpus, stage, recompute):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_largest_micro_batch", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("largest_micro_batch", ["zerolab.budget.largest_micro_batch", "zerolab.fit"], allowed=["zerolab.budget.budget"],
+off_limits("largest_micro_batch", ["zerolab.sizing.budget.largest_micro_batch", "zerolab.sizing.fit"], allowed=["zerolab.sizing.budget.budget"],
            exercise="exercise 5", instead="search for the micro-batch with budget.budget yourself")
-from zerolab.fit import fit
+from zerolab.sizing.fit import fit
 
-from zerolab.checks import whole
+from zerolab.lesson.checks import whole
 
 answer = whole(largest_micro_batch(llama, 4096, 80 * GB, 8, 2, "full"), "largest_micro_batch(...)",
                "a number of sequences")
@@ -642,11 +643,11 @@ _row = next(o for o in fit(llama, 4096, 80 * GB, 8, headroom=0).rows
             if (o.stage, o.offload_optimizer, o.recompute) == (2, "none", "full"))
 assert answer == _row.micro_batch, "zerolab fit finds another micro-batch for ZeRO-2 with full recomputation"
 ### BEGIN HIDDEN TESTS
-from zerolab import budget as _budget
-from zerolab import models as _models
-from zerolab.activations import activation_memory as _activation_memory
-from zerolab.checks import whole as _whole
-from zerolab.checks import plain as _plain
+from zerolab.sizing import budget as _budget
+from zerolab.engine import models as _models
+from zerolab.engine.activations import activation_memory as _activation_memory
+from zerolab.lesson.checks import whole as _whole
+from zerolab.lesson.checks import plain as _plain
 
 for _name, _seq, _gpu, _gpus, _stage, _recompute in (
         ("llama3-8b", 8192, 141 * 10**9, 8, 3, "full"), ("gpt3-1.3b", 2048, 24 * 10**9, 4, 2, "none"),
@@ -683,7 +684,7 @@ assert _budget.budget(_model, 2, 2048, _got + 1, gpus_per_node=4, recompute="non
 # 命令行能一次回答所有 stage、卸载方式和重计算方式下的同一个问题，并排好序（最快的在前），还会给出每个被否决的配置放不下的原因。`--headroom 0` 让每一行都用放得下的最大微批次，和你的函数一样（默认会留出 GPU 显存的 5%）。找到 ZeRO-2 + 完全重计算那一行：它的微批次比你的小，因为对 Llama 来说，命令行统计的是 Hugging Face 的代码实际保存的激活值（见“激活值由谁的代码保存？”一节），每个 token 比 Korthikanti 等人的算法更多，而 `budget.budget` 和你的函数用的是后者。加上 `--implementation megatron`，它就会找到和你一样的微批次。`--emit-config N` 会为第 N 行打印一份能通过 `zerolab check` 的 ds_config。
 
 # %%
-from zerolab.cli import main as zerolab_cli
+from zerolab.cli.main import main as zerolab_cli
 
 status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu-memory", "80GB", "--gpus-per-node", "8",
                       "--headroom", "0"])

@@ -14,9 +14,9 @@
 # - estimate the host RAM DeepSpeed needs, and why it grows with the number of GPUs per node;
 # - explain `pin_memory`, and when offload pays and when it does not.
 #
-# All numbers come from `zerolab.memory` and `zerolab.comm`.
+# All numbers come from `zerolab.engine.memory` and `zerolab.engine.comm`.
 
-# %% [markdown] lang="zh" en="610e4c67c043"
+# %% [markdown] lang="zh" en="b89687214910"
 # ## 学习目标
 #
 # 学完本课，你能够：
@@ -26,14 +26,14 @@
 # - 估算 DeepSpeed 需要的主机内存，并解释它为什么随每个节点的 GPU 数量增长；
 # - 解释 `pin_memory`，以及卸载什么时候划算、什么时候不划算。
 #
-# 所有数字都来自 `zerolab.memory` 和 `zerolab.comm`。
+# 所有数字都来自 `zerolab.engine.memory` 和 `zerolab.engine.comm`。
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
-from zerolab import comm, memory, units
-from zerolab.i18n import tr
-from zerolab.units import GB, GiB
+from zerolab.engine import comm, memory, units
+from zerolab.base.i18n import tr
+from zerolab.engine.units import GB, GiB
 
 P13B = units.parse_count("13B")
 
@@ -91,11 +91,11 @@ def offload_split(params, gpus):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_offload_split", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("offload_split", ["zerolab.memory.estimate"], exercise="exercise 1",
+off_limits("offload_split", ["zerolab.engine.memory.estimate"], exercise="exercise 1",
            instead="add up yourself which model states stay on the GPU and which go to the host")
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 
 answer = dict_keys(offload_split(1000, 4), ["gpu", "host"], "offload_split(1000, 4)")
 assert answer["gpu"] < memory.estimate(1000, 2, gpus_per_node=4).gpu_bytes, "offload should leave less on the GPU"
@@ -111,8 +111,8 @@ close_to(offload_split(P13B, 8)["host"], _printed.cpu_bytes, "offload_split(13B,
          hint="13B on 8 GPUs: the host side should match the figure printed above: which states does the CPU "
               "optimizer need?")
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
 
 for _params in (1_300_000_000, 70_000_000_001):
     for _gpus in (8, 3, 1):
@@ -179,10 +179,10 @@ def deepspeed_host_gib(params, gpus_per_node, nodes):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_deepspeed_host_gib", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks import close_to
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("deepspeed_host_gib", ["zerolab.memory.estimate", "deepspeed.runtime.zero.stage_1_and_2"],
+off_limits("deepspeed_host_gib", ["zerolab.engine.memory.estimate", "deepspeed.runtime.zero.stage_1_and_2"],
            exercise="exercise 2", instead="write DeepSpeed's rule from the text: the larger of the two fp32 figures, "
                                           "times the buffer factor, in GiB")
 _one = memory.estimate(P13B, 2, gpus_per_node=1, offload_optimizer="cpu", accounting="deepspeed")
@@ -198,8 +198,8 @@ import os as _os
 _os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs as _ds_zero2
 
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _params in (350_000_000, 6_700_000_001):
     for _gpus, _nodes in ((8, 4), (2, 1), (8, 1), (1, 1)):
@@ -244,7 +244,7 @@ for grad_accum in (1, 4, 16):
 # 动手试试：模型规模、GPU 数量、累积步数和主机链路。在无法显示控件的环境中，你会看到静态图。
 
 # %%
-from zerolab import widgets
+from zerolab.lesson import widgets
 
 widgets.offload_explorer(params="13B", world_size=8, grad_accum=4)
 
@@ -274,11 +274,11 @@ def pcie_bytes(params, gpus, grad_accum):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_pcie_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("pcie_bytes", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 3",
+off_limits("pcie_bytes", ["zerolab.engine.comm.traffic", "zerolab.engine.deepspeed_traffic"], exercise="exercise 3",
            instead="count the bytes each way from section 2")
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 
 answer = dict_keys(pcie_bytes(8000, 8, 1), ["to_host", "to_gpu"], "pcie_bytes(8000, 8, 1)")
 assert pcie_bytes(8000, 8, 1)["to_host"] < pcie_bytes(8000, 1, 1)["to_host"], \
@@ -303,8 +303,8 @@ close_to(pcie_bytes(P13B, 8, 4)["to_gpu"], _printed.host_to_device_bytes, "pcie_
                 "leaves out the accumulation buffer: from the second micro-step on it comes back to the GPU to be "
                 "added to"})
 ### BEGIN HIDDEN TESTS
-from zerolab import comm as _comm
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine import comm as _comm
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
 
 for _params in (1_300_000_000, 13_000_000_001):
     for _gpus in (8, 24, 1):
@@ -381,11 +381,11 @@ def pcie_seconds(params, gpus, grad_accum, link):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_pcie_seconds", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_cascade import with_reference
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_cascade import with_reference
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("pcie_seconds", ["zerolab.comm.transfer_time", "zerolab.comm.step_time"], exercise="exercise 4",
-           allowed=["zerolab.comm.traffic", "zerolab.comm.bandwidth"], earlier=["pcie_bytes"],
+off_limits("pcie_seconds", ["zerolab.engine.comm.transfer_time", "zerolab.engine.comm.step_time"], exercise="exercise 4",
+           allowed=["zerolab.engine.comm.traffic", "zerolab.engine.comm.bandwidth"], earlier=["pcie_bytes"],
            instead="divide the bytes by comm.bandwidth(link) yourself")
 
 
@@ -400,8 +400,8 @@ assert math.isclose(pcie_seconds(P13B, 8, 1, "pcie3"), 2 * pcie_seconds(P13B, 8,
     "PCIe 4.0 is about twice as fast as PCIe 3.0: use comm.bandwidth(link)"
 _earlier.note()
 ### BEGIN HIDDEN TESTS
-from zerolab import comm as _comm
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.engine import comm as _comm
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _gpus, _gas in ((8, 8), (16, 2), (1, 1)):
     for _link in ("pcie3", "pcie5", "20GB/s"):
@@ -452,11 +452,12 @@ for compute_s in (0.5, 8.0):
 # `DS_PIN_MEMORY_BACKEND=native` pins just the size asked). And pinned pages cannot be swapped out: on hosts with
 # little RAM (Colab, WSL2) or a tight `ulimit -l` they are a common cause of the process being killed (exit code
 # -9). There, set `"pin_memory": false` explicitly, or keep more on the GPU.
+# <!-- claim: offload-pin-memory-defaults-true -->
 
-# %% [markdown] lang="zh" en="94200d06fde3"
+# %% [markdown] lang="zh" en="cba754cfdf92"
 # ## 4. pin_memory
 #
-# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页不会多出一份拷贝：被锁页的就是上面计入的那些缓冲区。<!-- claim: pinned-buffers-round-to-a-power-of-two -->但在 DeepSpeed 的默认路径上，这些缓冲区来自 torch 的锁页内存分配器，它会把每一块向上取整到 2 的幂：一个 6.5 GB 的梯度分片要占 8.6 GB 内存（`zerolab fit` 计入了这一点；`DS_PIN_MEMORY_BACKEND=native` 则只锁定所请求的大小）。而且锁页内存不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。
+# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页不会多出一份拷贝：被锁页的就是上面计入的那些缓冲区。<!-- claim: pinned-buffers-round-to-a-power-of-two -->但在 DeepSpeed 的默认路径上，这些缓冲区来自 torch 的锁页内存分配器，它会把每一块向上取整到 2 的幂：一个 6.5 GB 的梯度分片要占 8.6 GB 内存（`zerolab fit` 计入了这一点；`DS_PIN_MEMORY_BACKEND=native` 则只锁定所请求的大小）。而且锁页内存不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。 <!-- claim: offload-pin-memory-defaults-true -->
 
 # %% [markdown]
 # ## Summary

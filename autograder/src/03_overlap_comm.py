@@ -14,9 +14,9 @@
 # - explain buckets (`reduce_bucket_size`, `allgather_bucket_size`, `stage3_prefetch_bucket_size`) and count calls;
 # - say what `overlap_comm` hides, what it cannot hide, and what it costs in memory.
 #
-# All numbers come from `zerolab.comm`, which follows the ZeRO paper (section 7) and DeepSpeed 0.19.8's engine.
+# All numbers come from `zerolab.engine.comm`, which follows the ZeRO paper (section 7) and DeepSpeed 0.19.8's engine.
 
-# %% [markdown] lang="zh" en="682890ee360e"
+# %% [markdown] lang="zh" en="1495e59e04d1"
 # ## 学习目标
 #
 # 学完本课，你将能够：
@@ -26,14 +26,14 @@
 # - 讲清楚桶（`reduce_bucket_size`、`allgather_bucket_size`、`stage3_prefetch_bucket_size`），并数出调用次数；
 # - 说明 `overlap_comm` 能隐藏什么、隐藏不了什么，以及它要多占多少显存。
 #
-# 所有数字都来自 `zerolab.comm`，它遵循 ZeRO 论文（第 7 节）和 DeepSpeed 0.19.8 引擎的实现。
+# 所有数字都来自 `zerolab.engine.comm`，它遵循 ZeRO 论文（第 7 节）和 DeepSpeed 0.19.8 引擎的实现。
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
 
-from zerolab import comm, units
-from zerolab.i18n import tr
-from zerolab.units import GB
+from zerolab.engine import comm, units
+from zerolab.base.i18n import tr
+from zerolab.engine.units import GB
 
 P13B = units.parse_count("13B")
 
@@ -92,9 +92,9 @@ def volume_in_params(stage, grad_accum):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_volume_in_params", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("volume_in_params", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 1",
+off_limits("volume_in_params", ["zerolab.engine.comm.traffic", "zerolab.engine.deepspeed_traffic"], exercise="exercise 1",
            instead="count the collectives of each stage yourself")
 assert volume_in_params(0, 1) == volume_in_params(1, 1) == volume_in_params(2, 1), \
     "without accumulation DDP, ZeRO-1 and ZeRO-2 move the same volume"
@@ -102,8 +102,8 @@ assert volume_in_params(3, 1) == 1.5 * volume_in_params(0, 1), "ZeRO-3 moves 1.5
 assert volume_in_params(1, 8) == volume_in_params(1, 1), "ZeRO-1 reduces only at the accumulation boundary"
 assert volume_in_params(2, 8) > volume_in_params(2, 1), "ZeRO-2 reduces gradients on every micro-step"
 ### BEGIN HIDDEN TESTS
-from zerolab import comm as _comm
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.engine import comm as _comm
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _stage in (0, 1, 2, 3):
     for _gas in (1, 2, 7, 32):
@@ -158,11 +158,11 @@ def wire_bytes(params, stage, gpus, grad_accum):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_wire_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
-from zerolab.checks_cascade import with_reference
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks import close_to
+from zerolab.lesson.checks_cascade import with_reference
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("wire_bytes", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 2",
+off_limits("wire_bytes", ["zerolab.engine.comm.traffic", "zerolab.engine.deepspeed_traffic"], exercise="exercise 2",
            earlier=["volume_in_params"], instead="multiply the volume by what a ring sends per element yourself")
 _earlier = with_reference("volume_in_params", lambda stage, grad_accum: comm.traffic(
     10**9, stage, 8, grad_accum=grad_accum).volume_in_params, "exercise 1", "exercise 2", abs_tol=0)
@@ -176,8 +176,8 @@ assert wire_bytes(1000, 2, 1, 1) == 0, "one GPU has nobody to talk to"
 assert wire_bytes(1000, 3, 8, 1) > wire_bytes(1000, 2, 8, 1), "ZeRO-3 sends more than ZeRO-2"
 _earlier.note()
 ### BEGIN HIDDEN TESTS
-from zerolab import comm as _comm
-from zerolab.checks import close_to as _close_to, plain as _plain
+from zerolab.engine import comm as _comm
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
 
 for _params in (125_000_001, 70_000_000_000):
     for _stage in (0, 1, 2, 3):
@@ -288,16 +288,16 @@ def reduce_calls(params, grad_accum, reduce_bucket_size):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_reduce_calls", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("reduce_calls", ["zerolab.comm.traffic", "zerolab.deepspeed_traffic"], exercise="exercise 3",
+off_limits("reduce_calls", ["zerolab.engine.comm.traffic", "zerolab.engine.deepspeed_traffic"], exercise="exercise 3",
            instead="count the buckets per micro-step yourself")
 assert reduce_calls(100, 1, 100) == 1, "exactly one full bucket is one call"
 assert reduce_calls(101, 1, 100) == 2, "a partly filled last bucket is still a call"
 assert reduce_calls(100, 4, 100) == 4, "ZeRO-2 reduces on every micro-step"
 ### BEGIN HIDDEN TESTS
-from zerolab import comm as _comm
-from zerolab.checks import exact_type as _exact_type
+from zerolab.engine import comm as _comm
+from zerolab.lesson.checks import exact_type as _exact_type
 
 for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_000), (7_000_000, 10**9)):
     for _gas in (1, 3, 16):
@@ -359,7 +359,7 @@ for overlap in (False, True):
 # 下面的时间线展示了一步训练在不开启和开启重叠时的情况；改变计算时间、GPU 数量和链路，看看它在什么情况下起作用。在无法渲染交互控件（widget）的环境里，你看到的是静态图。
 
 # %%
-from zerolab import widgets
+from zerolab.lesson import widgets
 
 widgets.overlap_explorer(params="13B", stage=2, world_size=8, compute_s=1.0, link="ib-hdr")
 

@@ -53,9 +53,9 @@ from deepspeed.runtime.config import DeepSpeedConfig
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 from deepspeed.runtime.zero.offload_config import DeepSpeedZeroOffloadOptimizerConfig, DeepSpeedZeroOffloadParamConfig
 
-from zerolab import comm, units
+from zerolab.engine import comm, units
 from zerolab.config import check_config, config_effect
-from zerolab.i18n import tr
+from zerolab.base.i18n import tr
 
 # %% [markdown]
 # ## The fields of the skeleton
@@ -123,14 +123,15 @@ print(tr("offload_param.pin_memory default:    "), DeepSpeedZeroOffloadParamConf
 #   paged out. Writing it explicitly, as the exercise asks, makes the config mean the same on every version.
 #
 # Note also that the bucket sizes count **elements**, not bytes.
+# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true -->
 
-# %% [markdown] lang="zh" en="3aa6de5a6041"
+# %% [markdown] lang="zh" en="1a0297f68d1d"
 # 有两个默认值，很多教程都写错了：
 #
 # - **`overlap_comm` 的默认值取决于 stage**：stage 0 到 2 默认关闭，stage 3 默认开启（你省略它时，`deepspeed/runtime/zero/config.py` 中的一个校验器会把它设为 `stage == 3`）。文档的表格仍然写着 `false`。用 ZeRO-2 时，你得自己把它打开。
 # - **`pin_memory` 现在默认为 true**（来自 DeepSpeed 2026 年的一次修改，见参考资料）。旧教程说你必须手动打开它；而在 0.19.8 中，在内存很小的主机上（比如免费版 Colab）你反而必须把它*关掉*，因为锁页内存不能被换出。按练习的要求显式写出这个字段，能让配置在所有版本上含义一致。
 #
-# 还要注意，桶大小的单位是**元素个数**，不是字节。
+# 还要注意，桶大小的单位是**元素个数**，不是字节。 <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true -->
 
 # %% [markdown]
 # ## Exercise 1: `build_deepspeed_config()` (4 points)
@@ -205,11 +206,11 @@ def build_deepspeed_config():
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_build_config", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
 off_limits("build_deepspeed_config", ["zerolab.config.reference"], exercise="exercise 1",
            instead="fill in the three settings yourself")
-from zerolab.checks import dict_keys, same_value
+from zerolab.lesson.checks import dict_keys, same_value
 from zerolab.config.reference import zero2_offload
 
 config = build_deepspeed_config()
@@ -237,7 +238,7 @@ print(tr("Visible checks passed: ZeRO-2 + overlap_comm + CPU optimizer offload w
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 from zerolab.config import check_config
 
 answer = plain(build_deepspeed_config(), "build_deepspeed_config()")
@@ -277,7 +278,7 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。（DeepSpeed 0.18.3 及之后的版本可以把主权重和 Adam 的动量保存为 bf16，K = 6：这份配置没有这样做；`zerolab estimate --help` 说明了怎样计算它。）<!-- claim: bf16-master-and-moments-make-k-6 -->
 
 # %%
-from zerolab.checks import learner_value
+from zerolab.lesson.checks import learner_value
 from zerolab.config import reference
 
 PARAMS = units.parse_count("13B")
@@ -392,12 +393,12 @@ def gradient_accumulation_steps(train_batch_size, micro_batch_per_gpu, world_siz
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_grad_accum", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
 off_limits("gradient_accumulation_steps", ["zerolab.config.read_settings", "zerolab.config.check_config",
                                          "deepspeed.runtime.config"], exercise="exercise 2",
            instead="do the batch arithmetic yourself")
-from zerolab.checks import whole
+from zerolab.lesson.checks import whole
 
 whole(gradient_accumulation_steps(32, 4, 1), "gradient_accumulation_steps(32, 4, 1)", "a whole number of steps")
 assert gradient_accumulation_steps(32, 4, 1) == 8, "gradient_accumulation_steps(32, 4, 1) is not right: 32 samples, 4 per micro-step, 1 GPU"
@@ -413,7 +414,7 @@ else:
     raise AssertionError("30 samples cannot be split into micro batches of 4: raise ValueError instead of rounding down")
 print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 from zerolab.config import check_config, read_settings
 
 cases = [(32, 4, 1), (48, 6, 1), (7, 7, 1), (30, 4, 1), (10, 3, 1), (256, 4, 8), (96, 2, 16), (128, 8, 16),
@@ -477,7 +478,7 @@ def mixed_precision(compute_capability):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import dict_keys
+from zerolab.lesson.checks import dict_keys
 
 for _gpu in ("T4", "A100"):
     _blocks = dict_keys(mixed_precision(COMPUTE_CAPABILITY[_gpu]), ["fp16", "bf16"], f"mixed_precision({_gpu})")
@@ -500,7 +501,7 @@ import os as _os
 from unittest import mock as _mock
 from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator as _CUDA
 from deepspeed.runtime.config import DeepSpeedConfig
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 
 
 def _deepspeed_fp16(capability):
@@ -584,13 +585,13 @@ def zero3_offload(config):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_zero3_offload", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
 off_limits("zero3_offload", ["zerolab.config.reference"], exercise="exercise 4",
            instead="copy the config and set the blocks yourself")
 base = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": True},
         "zero_optimization": {"stage": 2, "overlap_comm": True}}
-from zerolab.checks import same_value
+from zerolab.lesson.checks import same_value
 
 for _given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}):
     _name = "zero3_offload(a config without zero_optimization)" if "zero_optimization" not in _given else "zero3_offload(base)"
@@ -616,7 +617,7 @@ print(tr("Visible checks passed."))
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 
 seed_config = {"optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "fp16": {"enabled": True, "loss_scale": 0},
                "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
@@ -670,7 +671,7 @@ for label, cfg in rows:
 # GPU 这一侧缩小到只比一个 gather 完整的层多一点；其余的都压到了主机那一侧。代价是 PCIe 流量：使用参数卸载时，每张 GPU 在每个微步都要从主机取回自己的参数分片，前向取一次，反向再取一次（ZeRO-3 gather 两次，见第 03 课）。以下是每张 GPU 每个优化器步的流量，按 DeepSpeed 0.19.8 的口径（梯度以 fp32 传回主机；第 02 课和第 06 课会实测），使用配置中的梯度累积步数、8 张 GPU（去掉了 `train_batch_size`，让 DeepSpeed 按 8 张 GPU 推导它；配置里的值只适用于一张 GPU，正如上面的诊断工具所示）：
 
 # %%
-from zerolab.reveal import answer_first
+from zerolab.lesson.reveal import answer_first
 
 first = learner_value(build_deepspeed_config)
 for label, cfg in (("exercise 1", first), ("exercise 4", first and learner_value(zero3_offload, first))):

@@ -46,10 +46,10 @@ from zerolab.config import import_deepspeed
 import_deepspeed()  # DeepSpeed's start-up log stays off the output
 from deepspeed.runtime.config import DeepSpeedConfig
 
-from zerolab import units
-from zerolab.i18n import tr
+from zerolab.engine import units
+from zerolab.base.i18n import tr
 from zerolab.config import check_config, compare_configs, config_effect, explain_config, read_settings
-from zerolab.reveal import passed, revealed
+from zerolab.lesson.reveal import passed, revealed
 
 
 def show(report):
@@ -65,11 +65,12 @@ def show(report):
 # with strict pydantic models: an unknown key inside them is an error. The **top level** is different: DeepSpeed
 # looks up the keys it knows with `dict.get` and never looks at the rest. A misspelled block name is therefore
 # ignored, and everything in it takes its default. Watch both, measured on DeepSpeed itself:
+# <!-- claim: config-blocks-strict-top-level-loose -->
 
-# %% [markdown] lang="zh" en="b431a0f57fc2"
+# %% [markdown] lang="zh" en="e084e94d2274"
 # ## DeepSpeed 如何读取配置
 #
-# DeepSpeed 0.19.8 用严格的 pydantic 模型校验配置中的各个**块**（`zero_optimization` 及其中的 `offload_*` 部分、`fp16`、`bf16`）：块里出现未知的键就会报错。**顶层**则不同：DeepSpeed 只用 `dict.get` 查它认识的键，其余的一概不看。所以块名拼错会被直接忽略，块里的所有设置都退回默认值。下面在 DeepSpeed 上实测这两种情况：
+# DeepSpeed 0.19.8 用严格的 pydantic 模型校验配置中的各个**块**（`zero_optimization` 及其中的 `offload_*` 部分、`fp16`、`bf16`）：块里出现未知的键就会报错。**顶层**则不同：DeepSpeed 只用 `dict.get` 查它认识的键，其余的一概不看。所以块名拼错会被直接忽略，块里的所有设置都退回默认值。下面在 DeepSpeed 上实测这两种情况： <!-- claim: config-blocks-strict-top-level-loose -->
 
 # %%
 inner_typo = {"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_com": True}}
@@ -95,15 +96,16 @@ print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), pa
 # features DeepSpeed has removed, such as MiCS (`mics_shard_size`): 0.19.8 raises an error that points to a DeepSpeed issue (References). zerolab's doctor, `check_config(config, world_size)`,
 # runs DeepSpeed's own validation for the world size you give and adds checks for the silent cases. Each finding has
 # a dotted **path**, a **severity** and a message.
+# <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
 
-# %% [markdown] lang="zh" en="1521baf90ad0"
+# %% [markdown] lang="zh" en="4b329ff1b0eb"
 # 第二份配置实际上是在用普通的数据并行训练，而且没有任何提示。DeepSpeed 还会一声不吭地接受下面这些情况（事实来自其 0.19.8 的代码）：
 #
 # - stage 1 或 2 下的 `offload_param`：stage 1/2 的优化器根本收不到这个设置，参数仍留在 GPU 上；
 # - `device: "nvme"` 却没有 `nvme_path`：配置被接受，随后在创建 swap 文件夹时运行失败；
 # - `zero_optimization`、`fp16` 或 `bf16` 里的 `"auto"`：被**丢弃**，改用默认值（`"auto"` 只有 Hugging Face Trainer 和 Accelerate 会在 DeepSpeed 看到配置之前替换掉）。而在顶层的 batch 字段里，`"auto"` 则会直接导致崩溃。
 #
-# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置诊断工具 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。
+# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置诊断工具 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。 <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
 
 # %% [markdown]
 # ## Exercise 1: which path is wrong? (3 points, one per config)
@@ -178,12 +180,12 @@ WRONG_PATH_A = "zero_optimisation"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_path_a", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import path_in
+from zerolab.lesson.checks import path_in
 
 path_in(WRONG_PATH_A, fixing_paths(CASES["A"]), "WRONG_PATH_A",
         hint="DeepSpeed validates blocks strictly but reads the top level with dict.get: look at the block names")
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import path_in, plain
+from zerolab.lesson.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_A, "WRONG_PATH_A"), fixing_paths(CASES["A"]), "WRONG_PATH_A")
 ### END HIDDEN TESTS
@@ -196,12 +198,12 @@ WRONG_PATH_B = "zero_optimization.offload_param"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_path_b", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import path_in
+from zerolab.lesson.checks import path_in
 
 path_in(WRONG_PATH_B, fixing_paths(CASES["B"]), "WRONG_PATH_B",
         hint="which setting only works at stage 3?")
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import path_in, plain
+from zerolab.lesson.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_B, "WRONG_PATH_B"), fixing_paths(CASES["B"]), "WRONG_PATH_B")
 ### END HIDDEN TESTS
@@ -214,12 +216,12 @@ WRONG_PATH_C = "zero_optimization.offload_optimizer.nvme_path"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_path_c", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import path_in
+from zerolab.lesson.checks import path_in
 
 path_in(WRONG_PATH_C, fixing_paths(CASES["C"]), "WRONG_PATH_C",
         hint="what does an NVMe offload need to know that this config does not say?")
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import path_in, plain
+from zerolab.lesson.checks import path_in, plain
 
 path_in(plain(WRONG_PATH_C, "WRONG_PATH_C"), fixing_paths(CASES["C"]), "WRONG_PATH_C")
 ### END HIDDEN TESTS
@@ -282,9 +284,10 @@ for name, config in GALLERY.items():
 # Read the severity: an **error** means DeepSpeed (or the run) will fail; a **warning** means it will run, but not as
 # written. Silently dropped `"auto"` values are the most treacherous: `fp16.enabled: "auto"` outside the Trainer means
 # fp32 training. What that does to memory, for a 7B model on 8 GPUs (paper accounting):
+# <!-- claim: fp16-auto-means-fp32 -->
 
-# %% [markdown] lang="zh" en="52308664f794"
-# 看严重程度：**error** 表示 DeepSpeed（或这次运行）会失败；**warning** 表示能跑，但跑的不是你写的样子。被静默丢弃的 `"auto"` 最具迷惑性：在 Trainer 之外写 `fp16.enabled: "auto"`，意味着用 fp32 训练。下面看它对显存的影响，以 7B 模型、8 张 GPU 为例（ZeRO 论文的口径）：
+# %% [markdown] lang="zh" en="3f9a6364d340"
+# 看严重程度：**error** 表示 DeepSpeed（或这次运行）会失败；**warning** 表示能跑，但跑的不是你写的样子。被静默丢弃的 `"auto"` 最具迷惑性：在 Trainer 之外写 `fp16.enabled: "auto"`，意味着用 fp32 训练。下面看它对显存的影响，以 7B 模型、8 张 GPU 为例（ZeRO 论文的口径）： <!-- claim: fp16-auto-means-fp32 -->
 
 # %%
 meant = copy.deepcopy(GALLERY["auto precision outside the Trainer"])
@@ -379,7 +382,7 @@ passed("exercise 2", "Visible checks passed.")
 ### BEGIN HIDDEN TESTS
 import copy
 from deepspeed.runtime.config import DeepSpeedConfig
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 from zerolab.config import check_config, read_settings
 
 import os
@@ -425,14 +428,14 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # ## Predicting the effect of a change
 #
 # `config_effect(config, params, gpus_per_node)` reads the settings DeepSpeed will really use (its defaults, and
-# ignoring what it ignores) and feeds them to `zerolab.memory` and `zerolab.comm`. `compare_configs(a, b, ...)` does it
+# ignoring what it ignores) and feeds them to `zerolab.engine.memory` and `zerolab.engine.comm`. `compare_configs(a, b, ...)` does it
 # for two configs and lists the fields that differ. Here, what switching ZeRO-2 to ZeRO-3 does for a 7B model on 8
 # GPUs (the batch fields give 2 accumulation steps on 8 GPUs, and traffic is counted per optimizer step):
 
-# %% [markdown] lang="zh" en="0e1e45d0fc6e"
+# %% [markdown] lang="zh" en="33b2c4ed4a90"
 # ## 预测一次改动的效果
 #
-# `config_effect(config, params, gpus_per_node)` 读取 DeepSpeed 实际会用的设置（包括它的默认值，并忽略它会忽略的部分），再交给 `zerolab.memory` 和 `zerolab.comm` 计算。`compare_configs(a, b, ...)` 对两份配置做同样的事，并列出不同的字段。下面看 7B 模型在 8 张 GPU 上从 ZeRO-2 换成 ZeRO-3 会怎样（batch 字段在 8 张 GPU 上得出 2 步梯度累积，通信量按每个优化器步（optimizer step）计）：
+# `config_effect(config, params, gpus_per_node)` 读取 DeepSpeed 实际会用的设置（包括它的默认值，并忽略它会忽略的部分），再交给 `zerolab.engine.memory` 和 `zerolab.engine.comm` 计算。`compare_configs(a, b, ...)` 对两份配置做同样的事，并列出不同的字段。下面看 7B 模型在 8 张 GPU 上从 ZeRO-2 换成 ZeRO-3 会怎样（batch 字段在 8 张 GPU 上得出 2 步梯度累积，通信量按每个优化器步（optimizer step）计）：
 
 # %%
 zero2 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
@@ -474,7 +477,7 @@ SAVED_BYTES = _diff.effect_a.memory.gpu_bytes - _diff.effect_b.memory.gpu_bytes
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_saved_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 effect_p = config_effect(P_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes
 effect_q = config_effect(Q_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes
@@ -483,10 +486,10 @@ close_to(SAVED_BYTES, effect_p - effect_q, "SAVED_BYTES", 0.01, "bytes",
          slips={-1: "wrong sign: Q needs less than P, so the saving is positive (P minus Q)"})
 passed("exercise 3", "Visible checks passed.")
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 from zerolab.config import config_effect
 
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 answer = plain(SAVED_BYTES, "SAVED_BYTES")
 reference = (config_effect(P_CONFIG, params="7B", gpus_per_node=8, accounting="paper").memory.gpu_bytes
@@ -553,7 +556,7 @@ EXTRA_PSI = _diff.effect_b.traffic.volume_in_params - _diff.effect_a.traffic.vol
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_extra_traffic", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to, number
+from zerolab.lesson.checks import close_to, number
 
 volume_r = config_effect(R_CONFIG, params="7B", gpus_per_node=8).traffic.volume_in_params
 volume_s = config_effect(S_CONFIG, params="7B", gpus_per_node=8).traffic.volume_in_params
@@ -566,10 +569,10 @@ close_to(EXTRA_PSI, volume_s - volume_r, "EXTRA_PSI", 1e-6,
                 2 * 7e9 / 1e9: "wrong unit: that is GB; give a multiple of Ψ"})
 passed("exercise 4", "Visible checks passed.")
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain
+from zerolab.lesson.checks import plain
 from zerolab.config import config_effect
 
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 reference = (config_effect(S_CONFIG, params="13B", gpus_per_node=16).traffic.volume_in_params
              - config_effect(R_CONFIG, params="13B", gpus_per_node=16).traffic.volume_in_params)

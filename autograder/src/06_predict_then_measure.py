@@ -19,9 +19,9 @@
 # The model is a tiny GPT (`zerolab.run.model.TinyGPT`), trained on synthetic tokens, so a run takes seconds on
 # CPU ranks. The bytes per parameter do not depend on the model size: what you predict here for a hundred
 # thousand parameters is what ZeRO does for 13 billion. Predictions come from lesson 01's rules
-# (`zerolab.memory.estimate`); measurements come from `zerolab.run`.
+# (`zerolab.engine.memory.estimate`); measurements come from `zerolab.run`.
 
-# %% [markdown] lang="zh" en="ba7d9e9f1c7c"
+# %% [markdown] lang="zh" en="459072fa8423"
 # ## 学习目标
 #
 # 学完本课，你能够：
@@ -30,15 +30,15 @@
 # - 在 notebook 里直接在多个 rank 上运行一个真实的 DeepSpeed ZeRO 任务（不用 `deepspeed` 启动器），并从引擎自己的张量中读出每个 rank 实际持有什么；
 # - 解释 DeepSpeed 0.19.8 与 ZeRO 论文的口径不一致的每一处，并说明它是设计上的选择，还是意料之外的情况。
 #
-# 模型是一个很小的 GPT（`zerolab.run.model.TinyGPT`），用合成的 token 训练，所以在 CPU rank 上一次运行只要几秒。每个参数占多少字节与模型大小无关：你在这里为十万个参数做的预测，就是 ZeRO 在 130 亿参数上的行为。预测来自第 01 课的规则（`zerolab.memory.estimate`）；实测来自 `zerolab.run`。
+# 模型是一个很小的 GPT（`zerolab.run.model.TinyGPT`），用合成的 token 训练，所以在 CPU rank 上一次运行只要几秒。每个参数占多少字节与模型大小无关：你在这里为十万个参数做的预测，就是 ZeRO 在 130 亿参数上的行为。预测来自第 01 课的规则（`zerolab.engine.memory.estimate`）；实测来自 `zerolab.run`。
 
 # %%
 import os
 
 import torch
 
-from zerolab import memory
-from zerolab.i18n import tr
+from zerolab.engine import memory
+from zerolab.base.i18n import tr
 from zerolab.run import ModelSpec, make_config, run_in_notebook
 from zerolab.run.model import TinyGPT, count_params
 
@@ -82,11 +82,11 @@ def optimizer_bytes(params, stage, ranks):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_optimizer_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("optimizer_bytes", ["zerolab.memory.estimate"], exercise="exercise 1",
+off_limits("optimizer_bytes", ["zerolab.engine.memory.estimate"], exercise="exercise 1",
            instead="count the fp32 bytes a rank keeps yourself")
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 
 _mine = dict_keys(optimizer_bytes(PARAMS, 0, RANKS), ["master_weights", "optimizer_states"],
                   "optimizer_bytes(PARAMS, 0, RANKS)")
@@ -99,8 +99,8 @@ for _stage in (1, 2, 3):
     assert abs(optimizer_bytes(PARAMS, _stage, RANKS)["optimizer_states"] * RANKS - 8 * PARAMS) <= RANKS, \
         f"stage {_stage} partitions the optimizer states over the ranks: each rank keeps 1/ranks of them"
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
 
 for _params in (1_000_003, 7_000_000_000):
     for _stage in (0, 1, 2, 3):
@@ -142,11 +142,11 @@ def training_bytes(params, stage, ranks):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_training_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("training_bytes", ["zerolab.memory.estimate"], exercise="exercise 2",
+off_limits("training_bytes", ["zerolab.engine.memory.estimate"], exercise="exercise 2",
            instead="count the 16-bit bytes a rank keeps yourself")
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 
 _mine = dict_keys(training_bytes(PARAMS, 0, RANKS), ["params", "grads"], "training_bytes(PARAMS, 0, RANKS)")
 for _key in ("params", "grads"):
@@ -160,8 +160,8 @@ assert training_bytes(PARAMS, 2, RANKS)["params"] == 2 * PARAMS, "stage 2 keeps 
 assert abs(training_bytes(PARAMS, 3, RANKS)["params"] * RANKS - 2 * PARAMS) <= RANKS, \
     "stage 3 partitions the parameters too"
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
 
 for _params in (999_999_937, 13_000_000_000):
     for _stage in (0, 1, 2, 3):
@@ -223,11 +223,11 @@ def offload_split(params, stage, ranks, offload_optimizer, offload_param):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_offload_split", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("offload_split", ["optimizer_bytes", "training_bytes", "zerolab.memory.estimate"], exercise="exercise 3",
+off_limits("offload_split", ["optimizer_bytes", "training_bytes", "zerolab.engine.memory.estimate"], exercise="exercise 3",
            instead="write out in full which model states stay on the device and which go to the host")
-from zerolab.checks import dict_keys
+from zerolab.lesson.checks import dict_keys
 
 _none = dict_keys(offload_split(PARAMS, 2, RANKS, "none", "none"), ["device", "host"],
                   "offload_split(PARAMS, 2, RANKS, 'none', 'none')")
@@ -238,8 +238,8 @@ assert _cpu["device"] == 2 * PARAMS, "ZeRO-2 with optimizer offload keeps only t
 _both = offload_split(PARAMS, 3, RANKS, "cpu", "cpu")
 assert _both["device"] == 0, "stage 3 offloading both the optimizer and the parameters leaves no model states on the device"
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
 
 for _params in (123_456_789, 70_000_000_000):
     for _ranks in (8, 1):
@@ -320,7 +320,7 @@ for (stage, offload_optimizer, offload_param), result in results.items():
 
 # %%
 if results:
-    from zerolab import plots
+    from zerolab.lesson import plots
 
     plots.show(plots.measured_vs_predicted(results.values()))
 
@@ -396,10 +396,10 @@ else:
 # Write `offload_traffic(params, ranks, grad_accum, precision)` for ZeRO-2 with CPU optimizer offload, `precision`
 # being `"bf16"` or `"fp32"`: the bytes **one rank** copies per optimizer step, as `{"to_host": int, "to_device":
 # int}`, counting the rank's partition as `params / ranks` values (DeepSpeed 0.19.8's accounting). Hidden tests
-# compare with zerolab's model of DeepSpeed (`zerolab.deepspeed_traffic`, which the course's tests check against the
+# compare with zerolab's model of DeepSpeed (`zerolab.engine.deepspeed_traffic`, which the course's tests check against the
 # meter on real runs), so it and `comm.traffic` are off limits in your cell.
 
-# %% [markdown] lang="zh" en="cca8cef787ed"
+# %% [markdown] lang="zh" en="897813f5ac6f"
 # ## 6. 先预测，再实测：卸载的数据搬运量
 #
 # 卸载还会**每一步**都搬运字节。`zerolab.run` 带有一个流量计（`zerolab.run.meter`）：它包装了 DeepSpeed 的通信后端，以及优化器的设备张量与其主机端卸载缓冲区之间的拷贝，按 rank、按优化器步统计每个方向的字节数。在 CPU rank 上，"设备"和主机是同一块内存，所以它统计的是 DeepSpeed 在两者之间做的拷贝，也就是在 GPU 上要经过 PCIe 的那些拷贝。
@@ -408,7 +408,7 @@ else:
 #
 # ### 练习 4：每个 rank、每步卸载的字节数
 #
-# 为带 CPU 优化器卸载的 ZeRO-2 编写 `offload_traffic(params, ranks, grad_accum, precision)`，其中 `precision` 为 `"bf16"` 或 `"fp32"`：返回**一个 rank** 每个优化器步拷贝的字节数，形式为 `{"to_host": int, "to_device": int}`，rank 的分片按 `params / ranks` 个值计算（DeepSpeed 0.19.8 的口径）。隐藏测试会与 zerolab 对 DeepSpeed 的建模结果（`zerolab.deepspeed_traffic`，课程的测试会在真实运行上用流量计检验这个模型）比较，所以你的单元格里不能使用它和 `comm.traffic`。
+# 为带 CPU 优化器卸载的 ZeRO-2 编写 `offload_traffic(params, ranks, grad_accum, precision)`，其中 `precision` 为 `"bf16"` 或 `"fp32"`：返回**一个 rank** 每个优化器步拷贝的字节数，形式为 `{"to_host": int, "to_device": int}`，rank 的分片按 `params / ranks` 个值计算（DeepSpeed 0.19.8 的口径）。隐藏测试会与 zerolab 对 DeepSpeed 的建模结果（`zerolab.engine.deepspeed_traffic`，课程的测试会在真实运行上用流量计检验这个模型）比较，所以你的单元格里不能使用它和 `comm.traffic`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_offload_traffic", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def offload_traffic(params, ranks, grad_accum, precision):
@@ -423,10 +423,10 @@ def offload_traffic(params, ranks, grad_accum, precision):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_offload_traffic", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to, dict_keys
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks import close_to, dict_keys
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("offload_traffic", ["zerolab.deepspeed_traffic", "zerolab.comm.traffic"], exercise="exercise 4",
+off_limits("offload_traffic", ["zerolab.engine.deepspeed_traffic", "zerolab.engine.comm.traffic"], exercise="exercise 4",
            instead="count the copies each way from the text above")
 _mine = dict_keys(offload_traffic(8000, 2, 1, "bf16"), ["to_host", "to_device"], "offload_traffic(8000, 2, 1, 'bf16')")
 close_to(_mine["to_host"], 4 * 4000, "offload_traffic(8000, 2, 1, 'bf16')['to_host']", 0, "bytes",
@@ -439,8 +439,8 @@ assert offload_traffic(8000, 2, 1, "fp32")["to_device"] == 4 * 4000, "in fp32 th
 assert offload_traffic(8000, 2, 3, "bf16")["to_host"] > _mine["to_host"], \
     "with accumulation each micro-step also sends its 16-bit gradients to the host"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
-from zerolab.deepspeed_traffic import offload_bytes as _offload_bytes
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine.deepspeed_traffic import offload_bytes as _offload_bytes
 
 for _params in (123_456, 13_000_000_000):
     for _ranks in (1, 2, 8):

@@ -49,10 +49,11 @@
 # 先在纸上推一推；也可以用 `zerolab`（第 01 到 03 课），就像面试时可以在白板上演算一样。
 
 # %% nbgrader={"grade": false, "grade_id": "drill_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
-from zerolab import comm, drill, memory, units
-from zerolab.checks import plain
-from zerolab.i18n import tr
-from zerolab.reveal import passed, revealed
+from zerolab.engine import comm, memory, units
+from zerolab.lesson import drill
+from zerolab.lesson.checks import plain
+from zerolab.base.i18n import tr
+from zerolab.lesson.reveal import passed, revealed
 
 
 PSI = units.parse_count("1B")
@@ -78,15 +79,15 @@ Q01 = 16
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_bytes_per_param", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 close_to(Q01, memory.estimate(PSI, 0).gpu_bytes / PSI, "Q01", 1e-9, "bytes",
          hint="add up fp16 parameters, fp16 gradients and everything Adam keeps in fp32",
          slips={0.75: "that leaves out the fp32 master weights: Adam's moments are only part of K",
                 0.125: "that is only the fp16 weights; training keeps gradients and optimizer states too"})
 ### BEGIN HIDDEN TESTS
-from zerolab import memory
-from zerolab.checks import close_to, plain
+from zerolab.engine import memory
+from zerolab.lesson.checks import close_to, plain
 
 close_to(plain(Q01, "Q01"), memory.estimate(3 * 10**9, 0, gpus_per_node=4).gpu_bytes / (3 * 10**9), "Q01", 1e-9, "bytes")
 ### END HIDDEN TESTS
@@ -143,18 +144,18 @@ Q02 = "D"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_k12", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q02, "ABCD", "Q02")
 assert drill.is_right("Q02", _letter), \
     "Q02 is not right: Adam's two moments are only 8 of the 12 bytes; what else does mixed precision keep in fp32?"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q02", ["zerolab.drill"], exercise="Q02",
+_off_limits("Q02", ["zerolab.lesson.drill"], exercise="Q02",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q02, "Q02"), "ABCD", "Q02") == drill.key("Q02"), "Q02 is not right"
 ### END HIDDEN TESTS
@@ -202,15 +203,15 @@ Q03 = memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_adam_13b", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 close_to(Q03, memory.estimate(P13, 0).breakdown["gpu"]["optimizer_states"] / units.GB, "Q03", 0.01, "GB",
          hint="how many fp32 tensors of 13B values does Adam keep, at how many bytes each?",
          slips={0.5: "that is one fp32 tensor of 13B values; Adam keeps two",
                 1.5: "that adds the fp32 master weights; the question asks for momentum and variance only"})
 ### BEGIN HIDDEN TESTS
-from zerolab import memory, units
-from zerolab.checks import close_to, plain
+from zerolab.engine import memory, units
+from zerolab.lesson.checks import close_to, plain
 
 reference = memory.estimate(units.parse_count("13B"), 0).breakdown["gpu"]["optimizer_states"] / units.GB
 close_to(plain(Q03, "Q03"), reference, "Q03", 0.01, "GB")
@@ -263,15 +264,15 @@ Q04 = {f"zero{stage}": memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes /
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_paper_example", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 
 dict_keys(Q04, ["zero1", "zero2", "zero3"], "Q04")
 for stage in (1, 2, 3):
     close_to(Q04[f"zero{stage}"], memory.estimate(P75, stage, gpus_per_node=64).gpu_bytes / units.GB, f"Q04['zero{stage}']",
              0.02, "GB", hint=f"which of the 2 + 2 + 12 bytes does ZeRO-{stage} divide by Nd?")
 ### BEGIN HIDDEN TESTS
-from zerolab import memory, units
-from zerolab.checks import close_to, dict_keys, plain
+from zerolab.engine import memory, units
+from zerolab.lesson.checks import close_to, dict_keys, plain
 
 answer = dict_keys(plain(Q04, "Q04"), ["zero1", "zero2", "zero3"], "Q04")
 for stage in (1, 2, 3):
@@ -321,7 +322,7 @@ Q05 = memory.estimate(P13, 2, gpus_per_node=8).gpu_bytes / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_zero2_13b", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 expected = memory.estimate(P13, 2, gpus_per_node=8).gpu_bytes / units.GB
 deepspeed_figure = memory.estimate(P13, 2, gpus_per_node=8, accounting="deepspeed").gpu_bytes / units.GB
@@ -330,8 +331,8 @@ close_to(Q05, expected, "Q05", 0.01, "GB", hint="2 bytes stay whole on every GPU
                 deepspeed_figure / expected: "that is DeepSpeed's estimator (18 partitioned bytes); the question asks "
                                              "for the paper's accounting"})
 ### BEGIN HIDDEN TESTS
-from zerolab import memory, units
-from zerolab.checks import close_to, plain
+from zerolab.engine import memory, units
+from zerolab.lesson.checks import close_to, plain
 
 reference = memory.estimate(units.parse_count("13B"), 2, gpus_per_node=8).gpu_bytes / units.GB
 close_to(plain(Q05, "Q05"), reference, "Q05", 0.01, "GB")
@@ -383,7 +384,7 @@ Q06 = memory.estimate(P13, 1, gpus_per_node=8).gpu_bytes / memory.estimate(P13, 
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex6_zero1_fraction", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 expected = memory.estimate(PSI, 1, gpus_per_node=8).gpu_bytes / memory.estimate(PSI, 0, gpus_per_node=8).gpu_bytes
 close_to(Q06, expected, "Q06", 0.01, hint="keep 2 + 2 bytes whole and divide the 12 by Nd, then compare with 16",
@@ -391,8 +392,8 @@ close_to(Q06, expected, "Q06", 0.01, hint="keep 2 + 2 bytes whole and divide the
                 0.75 / expected: "75 % is the popular wrong figure; what does ZeRO-1 partition, and what stays whole?",
                 (1 - expected) / expected: "that is the fraction saved, not the fraction kept"})
 ### BEGIN HIDDEN TESTS
-from zerolab import memory
-from zerolab.checks import close_to, plain
+from zerolab.engine import memory
+from zerolab.lesson.checks import close_to, plain
 
 reference = memory.estimate(10**9, 1, gpus_per_node=8).gpu_bytes / memory.estimate(10**9, 0, gpus_per_node=8).gpu_bytes
 close_to(plain(Q06, "Q06"), reference, "Q06", 0.01)
@@ -441,15 +442,15 @@ Q07 = {name: comm.traffic(P13, stage, 8).volume_in_params
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex7_comm_volume", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 
 dict_keys(Q07, ["ddp", "zero1", "zero2", "zero3"], "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
     close_to(Q07[name], comm.traffic(PSI, stage, 8).volume_in_params, f"Q07['{name}']", 1e-6, "multiples of Ψ",
              hint="count each all-reduce as a reduce-scatter plus an all-gather, each Ψ")
 ### BEGIN HIDDEN TESTS
-from zerolab import comm
-from zerolab.checks import close_to, dict_keys, plain
+from zerolab.engine import comm
+from zerolab.lesson.checks import close_to, dict_keys, plain
 
 answer = dict_keys(plain(Q07, "Q07"), ["ddp", "zero1", "zero2", "zero3"], "Q07")
 for name, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
@@ -490,7 +491,7 @@ passed("Q07")
 
 # %%
 if revealed("Q07"):
-    from zerolab import deepspeed_traffic
+    from zerolab.engine import deepspeed_traffic
 
     print(tr("the paper's accounting:"))
     for stage in range(4):
@@ -523,7 +524,7 @@ Q08 = {f"zero{stage}": next(c.times for c in comm.traffic(P13, stage, 8, grad_ac
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex8_grad_accum", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import dict_keys, whole
+from zerolab.lesson.checks import dict_keys, whole
 
 
 def reductions(stage, gas):
@@ -536,8 +537,8 @@ for _name in ("zero1", "zero2"):
 assert Q08["zero1"] == reductions(1, 4), "Q08['zero1'] is not right: when does ZeRO-1 need the reduced gradients?"
 assert Q08["zero2"] == reductions(2, 4), "Q08['zero2'] is not right: ZeRO-2 keeps only its own gradient partition between micro-steps"
 ### BEGIN HIDDEN TESTS
-from zerolab import comm
-from zerolab.checks import dict_keys, plain
+from zerolab.engine import comm
+from zerolab.lesson.checks import dict_keys, plain
 
 reference = {f"zero{stage}": sum(c.times for c in comm.traffic(10**9, stage, 8, grad_accum=4).collectives
                                  if c.op == "reduce-scatter") for stage in (1, 2)}
@@ -597,15 +598,15 @@ Q09 = next(c.buckets for c in comm.traffic(P13, 2, 8).collectives if c.op == "re
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex9_buckets", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import whole
+from zerolab.lesson.checks import whole
 
 expected = next(c.buckets for c in comm.traffic(P13, 2, 8, reduce_bucket_size=comm.DEFAULT_BUCKET).collectives if c.op == "reduce-scatter")
 whole(Q09, "Q09", "a whole number of buckets")
 assert Q09 != 2 * expected, "Q09 counts bytes: the bucket size counts elements (parameters), not bytes"
 assert Q09 == expected, "Q09 is not right: how many elements does one bucket hold, and how many gradients are there?"
 ### BEGIN HIDDEN TESTS
-from zerolab import comm, units
-from zerolab.checks import plain, whole
+from zerolab.engine import comm, units
+from zerolab.lesson.checks import plain, whole
 
 reference = [c.buckets for c in comm.traffic(units.parse_count("13B"), 2, 8).collectives if c.op == "reduce-scatter"][0]
 assert whole(plain(Q09, "Q09"), "Q09") == reference, "Q09 is not right"
@@ -669,19 +670,19 @@ Q10 = "A"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex10_overlap_comm", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q10, "ABCD", "Q10")
 assert _letter != drill.letter("Q10", "everywhere_4_5x"), \
     "Q10 is not right: the 4.5x multiplier was deleted from DeepSpeed in 2021; and the default is not on everywhere"
 assert drill.is_right("Q10", _letter), "Q10 is not right: lesson 04 printed the defaults from DeepSpeed's own config class"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q10", ["zerolab.drill"], exercise="Q10",
+_off_limits("Q10", ["zerolab.lesson.drill"], exercise="Q10",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q10, "Q10"), "ABCD", "Q10") == drill.key("Q10"), "Q10 is not right"
 ### END HIDDEN TESTS
@@ -756,7 +757,7 @@ Q11 = (_t.host_to_device_bytes + _t.device_to_host_bytes) / units.GB
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex11_offload_pcie", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 offloaded = comm.traffic(P13, 2, 8, offload_optimizer="cpu")
 expected = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
@@ -764,8 +765,8 @@ close_to(Q11, expected, "Q11", 0.01, "GB",
          hint="which partition goes down to the host, which comes back up, at how many bytes per value?",
          slips={8: "that is the whole model; each GPU moves only its own partition"})
 ### BEGIN HIDDEN TESTS
-from zerolab import comm, units
-from zerolab.checks import plain
+from zerolab.engine import comm, units
+from zerolab.lesson.checks import plain
 
 offloaded = comm.traffic(units.parse_count("13B"), 2, 8, offload_optimizer="cpu")
 reference = (offloaded.host_to_device_bytes + offloaded.device_to_host_bytes) / units.GB
@@ -832,15 +833,15 @@ Q12 = (_host["fp32_grads"] + _host["master_weights"] + _host["optimizer_states"]
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex12_host_ram", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 host = memory.estimate(P13, 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
 expected = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
 close_to(Q12, expected, "Q12", 0.01, "GB", hint="four fp32 values per parameter",
          slips={0.75: "that leaves out one of the four fp32 tensors: gradients, master weights, momentum, variance"})
 ### BEGIN HIDDEN TESTS
-from zerolab import memory, units
-from zerolab.checks import close_to, plain
+from zerolab.engine import memory, units
+from zerolab.lesson.checks import close_to, plain
 
 host = memory.estimate(units.parse_count("13B"), 3, gpus_per_node=8, offload_optimizer="cpu", accounting="deepspeed").breakdown["cpu"]
 reference = (host["fp32_grads"] + host["master_weights"] + host["optimizer_states"]) / units.GB
@@ -911,19 +912,19 @@ Q13 = "C"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex13_pin_memory", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q13, "ABCD", "Q13")
 assert _letter != drill.letter("Q13", "off_by_default"), \
     "Q13 is not right: that was true of older DeepSpeed versions; 0.19.8 changed the default"
 assert drill.is_right("Q13", _letter), "Q13 is not right: pinning is about host memory and how the GPU copies from it"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q13", ["zerolab.drill"], exercise="Q13",
+_off_limits("Q13", ["zerolab.lesson.drill"], exercise="Q13",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q13, "Q13"), "ABCD", "Q13") == drill.key("Q13"), "Q13 is not right"
 ### END HIDDEN TESTS
@@ -969,7 +970,7 @@ Q14 = {"T4": "fp16", "A100": "bf16"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex14_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice, dict_keys
+from zerolab.lesson.checks import choice, dict_keys
 
 dict_keys(Q14, ["T4", "A100"], "Q14")
 assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == drill.precision("T4"), \
@@ -977,13 +978,13 @@ assert choice(Q14["T4"], ["fp16", "bf16"], "Q14['T4']") == drill.precision("T4")
 assert choice(Q14["A100"], ["fp16", "bf16"], "Q14['A100']") == drill.precision("A100"), \
     "Q14['A100'] is not right: A100 (Ampere, 8.0) runs bf16 natively, and bf16 needs no loss scaling"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q14", ["zerolab.drill"], exercise="Q14",
+_off_limits("Q14", ["zerolab.lesson.drill"], exercise="Q14",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab.checks import choice, dict_keys, plain
+from zerolab.lesson.checks import choice, dict_keys, plain
 
-from zerolab import drill
+from zerolab.lesson import drill
 
 answer = dict_keys(plain(Q14, "Q14"), ["T4", "A100"], "Q14")
 assert {gpu: choice(answer[gpu], ["fp16", "bf16"], f"Q14['{gpu}']") for gpu in answer} == \
@@ -1028,7 +1029,7 @@ Q15 = 16
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex15_batch", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import whole
+from zerolab.lesson.checks import whole
 from zerolab.config import read_settings
 
 batch = {"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4}
@@ -1038,7 +1039,7 @@ assert Q15 != read_settings(batch, world_size=16).grad_accum, \
 assert Q15 == read_settings(batch, world_size=16 // 2).grad_accum, \
     "Q15 is not right: train_batch_size = micro batch x accumulation steps x data-parallel replicas"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain, whole
+from zerolab.lesson.checks import plain, whole
 from zerolab.config import read_settings
 
 assert whole(plain(Q15, "Q15"), "Q15") == read_settings({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4},
@@ -1086,7 +1087,7 @@ Q16 = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex16_fsdp", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import dict_keys, whole
+from zerolab.lesson.checks import dict_keys, whole
 
 dict_keys(Q16, ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16")
 for _name in Q16:
@@ -1098,12 +1099,12 @@ assert Q16["SHARD_GRAD_OP"] == drill.FSDP_STAGE["SHARD_GRAD_OP"], \
 assert Q16["NO_SHARD"] == drill.FSDP_STAGE["NO_SHARD"], \
     "Q16['NO_SHARD'] is not right: NO_SHARD all-reduces like DDP"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q16", ["zerolab.drill"], exercise="Q16",
+_off_limits("Q16", ["zerolab.lesson.drill"], exercise="Q16",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab import drill
-from zerolab.checks import dict_keys, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import dict_keys, plain
 
 assert dict_keys(plain(Q16, "Q16"), ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"], "Q16") == drill.FSDP_STAGE, \
     "Q16 is not right"
@@ -1169,26 +1170,26 @@ Q17 = "B"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex17_activations_sequence", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q17, "ABCD", "Q17")
 assert _letter != drill.letter("Q17", "partitioned"), \
     "Q17 is not right: ZeRO partitions model states; each GPU keeps the activations of its own micro-batch"
 assert drill.is_right("Q17", _letter), "Q17 is not right: which terms of sbh(34 + 5as/h) grow with s, and which with s squared?"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q17", ["zerolab.drill"], exercise="Q17",
+_off_limits("Q17", ["zerolab.lesson.drill"], exercise="Q17",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab.activations import layer_terms
-from zerolab.checks import choice, plain
-from zerolab.models import preset
+from zerolab.engine.activations import layer_terms
+from zerolab.lesson.checks import choice, plain
+from zerolab.engine.models import preset
 
 _model = preset("llama2-7b")
 _growth = (sum(layer_terms(_model, 8192, 2, "bf16", "standard").values())
            / sum(layer_terms(_model, 4096, 2, "bf16", "standard").values()))
 assert 2 < _growth < 4, "the course's own activation model no longer puts the growth between 2 and 4"
-from zerolab import drill
+from zerolab.lesson import drill
 
 assert choice(plain(Q17, "Q17"), "ABCD", "Q17") == drill.key("Q17"), "Q17 is not right"
 ### END HIDDEN TESTS
@@ -1216,8 +1217,8 @@ passed("Q17")
 
 # %%
 if revealed("Q17"):
-    from zerolab.activations import layer_terms
-    from zerolab.models import preset
+    from zerolab.engine.activations import layer_terms
+    from zerolab.engine.models import preset
 
     for attention in ("standard", "flash"):
         model = preset("gpt3-13b")
@@ -1245,10 +1246,10 @@ Q18 = 32 * 4096 * 1 * 4096 * 2 / 1e9
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex18_checkpointed_inputs", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.activations import activation_memory
-from zerolab.models import preset
+from zerolab.engine.activations import activation_memory
+from zerolab.engine.models import preset
 
-from zerolab.checks import close_to
+from zerolab.lesson.checks import close_to
 
 _kept = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", "full")
 close_to(Q18, _kept.layers * _kept.layer_bytes / 1e9, "Q18", 0.01, "GB",
@@ -1256,9 +1257,9 @@ close_to(Q18, _kept.layers * _kept.layer_bytes / 1e9, "Q18", 0.01, "GB",
                 1 / 32: "every one of the 32 layers keeps its input"},
          hint="each layer keeps one tensor of sequence x micro-batch x hidden values")
 ### BEGIN HIDDEN TESTS
-from zerolab.activations import activation_memory
-from zerolab.checks import close_to, plain
-from zerolab.models import preset
+from zerolab.engine.activations import activation_memory
+from zerolab.lesson.checks import close_to, plain
+from zerolab.engine.models import preset
 
 _kept = activation_memory(preset("llama2-7b"), 4096, 1, "bf16", "flash", "full")
 close_to(plain(Q18, "Q18"), _kept.layers * _kept.layer_bytes / 1e9, "Q18", 0.01, "GB")
@@ -1270,17 +1271,17 @@ passed("Q18")
 #
 # **Answer.** The paper's 2sbh bytes per layer, 2sbhL in all (section 4.2). That is what stays between forward and
 # backward; during the backward pass one layer at a time runs its forward again and holds its full activations, so
-# the peak is that plus one layer's worth (`zerolab.activations` counts it as `working`). Full recomputation costs
+# the peak is that plus one layer's worth (`zerolab.engine.activations` counts it as `working`). Full recomputation costs
 # about one more forward pass, roughly a third more compute (the cell below prints both).
 #
 # </details>
 
-# %% [markdown] lang="zh" en="9a7197567985"
+# %% [markdown] lang="zh" en="5f3509c73190"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 论文里每层 2sbh 字节，合计 2sbhL（第 4.2 节）。这是前向和反向之间一直保留的部分；反向传播时，
 # 每次有一层重新跑一遍前向并持有它的完整激活值，
-# 所以峰值是这部分再加上一层的量（`zerolab.activations` 把它记作 `working`）。完全重计算大约要多跑一次前向，
+# 所以峰值是这部分再加上一层的量（`zerolab.engine.activations` 把它记作 `working`）。完全重计算大约要多跑一次前向，
 # 也就是多出约三分之一的计算量（下面的单元格把两种情况都打印出来）。
 #
 # </details>
@@ -1331,7 +1332,7 @@ Q19 = "D"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex19_estimate_said_it_fits", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q19, "ABCD", "Q19")
 assert _letter != drill.letter("Q19", "first_step"), \
@@ -1340,12 +1341,12 @@ assert _letter != drill.letter("Q19", "no_gradients"), \
     "Q19 is not right: ZeRO-2 and ZeRO-3 partition the gradients, and the calculator counted them"
 assert drill.is_right("Q19", _letter), "Q19 is not right: which term of the budget depends on whose code runs the model?"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q19", ["zerolab.drill"], exercise="Q19",
+_off_limits("Q19", ["zerolab.lesson.drill"], exercise="Q19",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab.fit import fit as _fit
-from zerolab.models import preset as _preset
+from zerolab.sizing.fit import fit as _fit
+from zerolab.engine.models import preset as _preset
 
 
 def _micro(implementation):
@@ -1355,8 +1356,8 @@ def _micro(implementation):
 
 
 assert _micro("hf") < _micro("megatron"), "the course's own budget no longer shows the premise of Q19"
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q19, "Q19"), "ABCD", "Q19") == drill.key("Q19"), "Q19 is not right"
 ### END HIDDEN TESTS
@@ -1383,8 +1384,8 @@ passed("Q19")
 
 # %%
 if revealed("Q19"):
-    from zerolab.fit import fit
-    from zerolab.models import preset
+    from zerolab.sizing.fit import fit
+    from zerolab.engine.models import preset
 
     for implementation in ("megatron", "hf"):
         result = fit(preset("llama2-7b"), 4096, 48 * 10**9, 8, headroom=0, implementation=implementation)
@@ -1428,7 +1429,7 @@ Q20 = "A"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex20_zero3_checkpoint", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q20, "ABCD", "Q20")
 assert _letter != drill.letter("Q20", "whole_fp32"), \
@@ -1437,12 +1438,12 @@ assert _letter != drill.letter("Q20", "weights_only"), \
     "Q20 is not right: a checkpoint must resume training, so the optimizer states are in it"
 assert drill.is_right("Q20", _letter), "Q20 is not right: which rank holds what at stage 3, and what does resuming need?"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q20", ["zerolab.drill"], exercise="Q20",
+_off_limits("Q20", ["zerolab.lesson.drill"], exercise="Q20",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q20, "Q20"), "ABCD", "Q20") == drill.key("Q20"), "Q20 is not right"
 ### END HIDDEN TESTS
@@ -1502,7 +1503,7 @@ Q21 = "B"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex21_resume_elsewhere", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q21, "ABCD", "Q21")
 assert _letter != drill.letter("Q21", "just_load"), \
@@ -1511,12 +1512,12 @@ assert _letter != drill.letter("Q21", "fp32_restart"), \
     "Q21 is not right: zero_to_fp32 keeps the weights only; Adam's moments and step are lost"
 assert drill.is_right("Q21", _letter), "Q21 is not right: which conversion makes a checkpoint independent of the number of ranks?"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q21", ["zerolab.drill"], exercise="Q21",
+_off_limits("Q21", ["zerolab.lesson.drill"], exercise="Q21",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q21, "Q21"), "ABCD", "Q21") == drill.key("Q21"), "Q21 is not right"
 ### END HIDDEN TESTS
@@ -1574,7 +1575,7 @@ Q22 = "C"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex22_empty_save", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 
 _letter = choice(Q22, "ABCD", "Q22")
 assert _letter != drill.letter("Q22", "bug"), \
@@ -1583,16 +1584,16 @@ assert _letter != drill.letter("Q22", "async"), \
     "Q22 is not right: torch.save writes the file before it returns"
 assert drill.is_right("Q22", _letter), "Q22 is not right: what does each rank hold of a parameter at stage 3, outside forward and backward?"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
-_off_limits("Q22", ["zerolab.drill"], exercise="Q22",
+_off_limits("Q22", ["zerolab.lesson.drill"], exercise="Q22",
             instead="write your own answer: the course's answer key is what grades it")
 from zerolab.config.defaults import default_of as _default_of
 
 assert _default_of("zero_optimization.stage3_gather_16bit_weights_on_model_save") is False, \
     "DeepSpeed's default for stage3_gather_16bit_weights_on_model_save is no longer off"
-from zerolab import drill
-from zerolab.checks import choice, plain
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
 
 assert choice(plain(Q22, "Q22"), "ABCD", "Q22") == drill.key("Q22"), "Q22 is not right"
 ### END HIDDEN TESTS

@@ -45,12 +45,17 @@ import os
 import torch
 import torch.distributed as dist
 
-from zerolab import comm, plots
+from zerolab.engine import comm
+from zerolab.lesson import plots
 from zerolab.config.defaults import default_of
-from zerolab.handmade import (compare, grade, mixed, mixed_verdict, traffic, verdict, zero2, zero2_model,
-                              zero2_verdict, zero3_grade, zero3_verdict)
-from zerolab.handmade import model as fixed
-from zerolab.i18n import tr
+from zerolab.handmade import side_by_side as compare
+from zerolab.handmade.zero1 import grade, verdict
+from zerolab.handmade.mixed import grade as mixed, verdict as mixed_verdict
+from zerolab.handmade.core import traffic
+from zerolab.handmade.zero2 import grade as zero2, model as zero2_model, verdict as zero2_verdict
+from zerolab.handmade.zero3 import grade as zero3_grade, verdict as zero3_verdict
+from zerolab.handmade.core import model as fixed
+from zerolab.base.i18n import tr
 
 # %% [markdown]
 # ## 1. Who owns what
@@ -116,8 +121,8 @@ def partition(numels, world_size):
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_partition", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 grade.check_partition(partition, [([4, 4], 2), ([5, 3], 3), (fixed.numels(fixed.build()), 2)])
 ### BEGIN HIDDEN TESTS
-from zerolab.handmade import grade as _grade
-from zerolab.handmade import model as _fixed
+from zerolab.handmade.zero1 import grade as _grade
+from zerolab.handmade.core import model as _fixed
 
 _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3), ([1, 1, 1], 5), ([10, 1, 9, 2], 4),
                                    ([3, 100, 2], 7), ([100003], 8), ([2] * 9, 2)])
@@ -245,8 +250,8 @@ class ShardedAdamW(torch.optim.Optimizer):
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_sharded_adamw", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 zero1_ranks = grade.zero1(ranks=2)
 ### BEGIN HIDDEN TESTS
-from zerolab.handmade import grade as _grade
-from zerolab.handmade import model as _fixed
+from zerolab.handmade.zero1 import grade as _grade
+from zerolab.handmade.core import model as _fixed
 
 _ranks = _grade.zero1(ranks=3, steps=5, hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1},
                       groups=_fixed.NO_DECAY_ON_BIASES)
@@ -254,10 +259,10 @@ _ranks = _grade.zero1(ranks=3, steps=5, hyper={"lr": 2e-2, "betas": [0.8, 0.99],
 
 # %% [markdown]
 # It trains like AdamW. What each rank kept alive after a step, measured on the ranks of the visible test by the
-# garbage collector (every tensor, each storage once; `zerolab.handmade.live`), and the tolerance the test used:
+# garbage collector (every tensor, each storage once; `zerolab.handmade.core.live`), and the tolerance the test used:
 
-# %% [markdown] lang="zh" en="b830252f36aa"
-# 它的训练结果和 AdamW 一样。下面是一步之后每个 rank 保留的存活张量，由垃圾回收器在可见测试的各个 rank 上实测（统计每个张量，每块存储只算一次；`zerolab.handmade.live`），以及测试所用的容差：
+# %% [markdown] lang="zh" en="38ccee6a2126"
+# 它的训练结果和 AdamW 一样。下面是一步之后每个 rank 保留的存活张量，由垃圾回收器在可见测试的各个 rank 上实测（统计每个张量，每块存储只算一次；`zerolab.handmade.core.live`），以及测试所用的容差：
 
 # %%
 zero1_ranks = globals().get("zero1_ranks")
@@ -424,7 +429,7 @@ class Zero2Gradients:
 # %% nbgrader={"grade": true, "grade_id": "test_ex3_zero2_gradients", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 zero2_ranks = zero2.zero2_hooks(ranks=2)
 ### BEGIN HIDDEN TESTS
-from zerolab.handmade import zero2 as _zero2
+from zerolab.handmade.zero2 import grade as _zero2
 
 _ranks = _zero2.zero2_hooks(ranks=3, steps=4, bucket_elements=700,
                            hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1})
@@ -509,7 +514,7 @@ def stage1_config(hyper, global_batch, world_size):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex4_stage1_config", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
 off_limits("stage1_config", ["zerolab.handmade", "zerolab.config.reference"], exercise="exercise 4",
            instead="write the ds_config dict yourself, from hyper, global_batch and world_size")
@@ -517,8 +522,8 @@ deepspeed_ranks = grade.deepspeed_stage1(stage1_config, ranks=2)
 ### BEGIN HIDDEN TESTS
 import math as _math
 
-from zerolab.checks import plain as _plain
-from zerolab.handmade import verdict as _verdict
+from zerolab.lesson.checks import plain as _plain
+from zerolab.handmade.zero1 import verdict as _verdict
 
 for _hyper, _world in (({"lr": 3e-4, "betas": [0.85, 0.95], "eps": 1e-6, "weight_decay": 0.05}, 4),
                        ({"lr": 0.1, "betas": [0.5, 0.9], "eps": 0.01, "weight_decay": 0.0}, 3)):
@@ -544,12 +549,12 @@ for _hyper, _world in (({"lr": 3e-4, "betas": [0.85, 0.95], "eps": 1e-6, "weight
 # %% [markdown]
 # DeepSpeed matched AdamW to within the tolerance below. Now both optimizers run **in the same two ranks**: your
 # `ShardedAdamW` (exercise 2), then DeepSpeed stage 1 with your config. The bytes are measured on each rank: for
-# yours, every tensor alive in the rank (`zerolab.handmade.live`; what is not a parameter, a gradient or a kept
+# yours, every tensor alive in the rank (`zerolab.handmade.core.live`; what is not a parameter, a gradient or a kept
 # communication buffer is counted as optimizer state); for DeepSpeed, the engine's own tensors (`zerolab.run.measure`).
 # This cell is a demonstration that no test needs: it skips itself while nbgrader grades.
 
-# %% [markdown] lang="zh" en="953980313bd4"
-# DeepSpeed 与 AdamW 的差距在下面的容差之内。现在让两个优化器**在同样的两个 rank 上**运行：先是你的 `ShardedAdamW`（练习 2），再是用你的配置运行的 DeepSpeed stage 1。字节数在每个 rank 上实测：你的实现统计 rank 中所有存活的张量（`zerolab.handmade.live`；不是参数、梯度或保留下来的通信缓冲区的部分都算作优化器状态）；DeepSpeed 统计引擎自己的张量（`zerolab.run.measure`）。这个单元格是演示，没有测试依赖它：nbgrader 评分时会自动跳过。
+# %% [markdown] lang="zh" en="5abb764e197e"
+# DeepSpeed 与 AdamW 的差距在下面的容差之内。现在让两个优化器**在同样的两个 rank 上**运行：先是你的 `ShardedAdamW`（练习 2），再是用你的配置运行的 DeepSpeed stage 1。字节数在每个 rank 上实测：你的实现统计 rank 中所有存活的张量（`zerolab.handmade.core.live`；不是参数、梯度或保留下来的通信缓冲区的部分都算作优化器状态）；DeepSpeed 统计引擎自己的张量（`zerolab.run.measure`）。这个单元格是演示，没有测试依赖它：nbgrader 评分时会自动跳过。
 
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):
@@ -750,7 +755,7 @@ class Zero3:
 # %% nbgrader={"grade": true, "grade_id": "test_ex5_zero3", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 zero3_ranks = zero3_grade.zero3(ranks=2)
 ### BEGIN HIDDEN TESTS
-from zerolab.handmade import zero3_grade as _zero3_grade
+from zerolab.handmade.zero3 import grade as _zero3_grade
 
 _ranks = _zero3_grade.zero3(ranks=3, steps=4,
                             hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1})
@@ -928,7 +933,7 @@ class MixedShardedAdamW(torch.optim.Optimizer):
 # %% nbgrader={"grade": true, "grade_id": "test_ex6_mixed_precision", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 mixed_ranks = mixed.mixed_precision(ranks=2)
 ### BEGIN HIDDEN TESTS
-from zerolab.handmade import mixed as _mixed
+from zerolab.handmade.mixed import grade as _mixed
 
 _ranks = _mixed.mixed_precision(ranks=3, steps=5, max_grad_norm=0.05,
                                 hyper={"lr": 2e-2, "betas": [0.8, 0.99], "eps": 3e-3, "weight_decay": 0.1})
@@ -975,17 +980,17 @@ for lr in (grade.DEFAULT_HYPER["lr"], 1e-4):
 # The same six-layer model, data, AdamW hyper-parameters and 2 ranks, trained by your ZeRO-1, ZeRO-2 and ZeRO-3
 # (the course's answer stands in for an exercise you have not answered: the column "whose" says which), by
 # DeepSpeed 0.19.8 at stages 1, 2 and 3 (fp32, torch's AdamW), and by PyTorch's FSDP2 (`fully_shard` on each
-# layer and the model). Everything is measured inside rank 0 by `zerolab.handmade.compare`: bytes from each
+# layer and the model). Everything is measured inside rank 0 by `zerolab.handmade.side_by_side`: bytes from each
 # system's own tensors, each memory range once; the peaks sampled at every collective and every gradient hook;
 # the elements each collective moved in the last step, counted at `torch.distributed`. DeepSpeed's reduce and
 # all-gather buckets are set to the bucket size of your ZeRO-2, and its stage 3 keeps no parameter whole
 # (`stage3_param_persistence_threshold` 0: its default, printed below, exceeds every parameter of this model).
 # It starts DeepSpeed four times, so it takes a while; it is skipped while the notebook is graded.
 
-# %% [markdown] lang="zh" en="27e0ac28a116"
+# %% [markdown] lang="zh" en="084ece509734"
 # ## 7. 并排对比：你的、DeepSpeed 的和 PyTorch 的
 #
-# 同一个六层模型、同样的数据、同样的 AdamW 超参数、同样 2 个 rank，分别由你的 ZeRO-1、ZeRO-2 和 ZeRO-3 训练（你还没作答的练习由课程的答案代替："whose" 一列标明是谁的）、由 DeepSpeed 0.19.8 的 stage 1、2、3 训练（fp32，torch 的 AdamW），以及由 PyTorch 的 FSDP2 训练（对每一层和整个模型调用 `fully_shard`）。所有数据都由 `zerolab.handmade.compare` 在 rank 0 内部测得：字节数来自各系统自己的张量，每段内存只计一次；峰值在每次集合通信和每个梯度钩子处采样；每种集合通信在最后一步中传输的元素数，在 `torch.distributed` 处计数。DeepSpeed 的 reduce 与 all-gather 桶大小设为你的 ZeRO-2 的桶大小，它的 stage 3 不让任何参数保持完整（`stage3_param_persistence_threshold` 设为 0：它的默认值打印在下面，比这个模型的每个参数都大）。它要启动四次 DeepSpeed，所以需要一些时间；评分时跳过。
+# 同一个六层模型、同样的数据、同样的 AdamW 超参数、同样 2 个 rank，分别由你的 ZeRO-1、ZeRO-2 和 ZeRO-3 训练（你还没作答的练习由课程的答案代替："whose" 一列标明是谁的）、由 DeepSpeed 0.19.8 的 stage 1、2、3 训练（fp32，torch 的 AdamW），以及由 PyTorch 的 FSDP2 训练（对每一层和整个模型调用 `fully_shard`）。所有数据都由 `zerolab.handmade.side_by_side` 在 rank 0 内部测得：字节数来自各系统自己的张量，每段内存只计一次；峰值在每次集合通信和每个梯度钩子处采样；每种集合通信在最后一步中传输的元素数，在 `torch.distributed` 处计数。DeepSpeed 的 reduce 与 all-gather 桶大小设为你的 ZeRO-2 的桶大小，它的 stage 3 不让任何参数保持完整（`stage3_param_persistence_threshold` 设为 0：它的默认值打印在下面，比这个模型的每个参数都大）。它要启动四次 DeepSpeed，所以需要一些时间；评分时跳过。
 
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):

@@ -40,12 +40,12 @@ import tempfile
 
 import torch
 
-from zerolab import memory
+from zerolab.engine import memory
 from zerolab.ckpt.runs import checkpoint_config, resume_run, save_run
-from zerolab.checks import learner_value
+from zerolab.lesson.checks import learner_value
 from zerolab.config import import_deepspeed
-from zerolab.i18n import tr
-from zerolab.reveal import answer_first, passed, revealed
+from zerolab.base.i18n import tr
+from zerolab.lesson.reveal import answer_first, passed, revealed
 from zerolab.run import ModelSpec, RunFailed
 from zerolab.run.model import TinyGPT, count_params
 
@@ -80,9 +80,9 @@ print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WO
 # `{"model_states": ..., "optimizer_states": ...}` with the bytes of **tensor data** in the model-states file one
 # rank writes (rank 0's) and in **one rank's** optimizer-state file. Give bytes as a number, or a string with a
 # unit (`"1.5 GB"`, `"1.4 GiB"`); the test accepts 1 % either way. The test cell checks the lesson's model; hidden
-# tests check other sizes, stages and rank counts against `zerolab.memory`, which is off limits in your cell.
+# tests check other sizes, stages and rank counts against `zerolab.engine.memory`, which is off limits in your cell.
 
-# %% [markdown] lang="zh" en="4a618f4c376c"
+# %% [markdown] lang="zh" en="56340ddc25ca"
 # ## 1. `save_checkpoint` 写了什么
 #
 # `engine.save_checkpoint(save_dir)` 会写出一个 **tag 文件夹**（默认名为 `global_step<N>`），最后再写一个记录 tag 的文件 `latest`。它还会把 DeepSpeed 的 `zero_to_fp32.py` 复制到 `save_dir`。tag 文件夹里有：
@@ -92,7 +92,7 @@ print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WO
 #
 # ### 练习 1：预测文件大小（3 分）
 #
-# 针对 bf16（或 fp16）混合精度 Adam，编写 `checkpoint_file_bytes(params, stage, ranks)`：返回一个 dict `{"model_states": ..., "optimizer_states": ...}`，分别是一个 rank（rank 0）写出的模型状态文件中、以及**一个 rank** 的优化器状态文件中**张量数据**的字节数。字节数可以写成数字，也可以写成带单位的字符串（`"1.5 GB"`、`"1.4 GiB"`）；测试接受上下 1% 的误差。测试单元格检查本课的模型；隐藏测试用 `zerolab.memory` 检查其他模型大小、stage 和 rank 数，所以你的单元格里不能使用 `zerolab.memory`。
+# 针对 bf16（或 fp16）混合精度 Adam，编写 `checkpoint_file_bytes(params, stage, ranks)`：返回一个 dict `{"model_states": ..., "optimizer_states": ...}`，分别是一个 rank（rank 0）写出的模型状态文件中、以及**一个 rank** 的优化器状态文件中**张量数据**的字节数。字节数可以写成数字，也可以写成带单位的字符串（`"1.5 GB"`、`"1.4 GiB"`）；测试接受上下 1% 的误差。测试单元格检查本课的模型；隐藏测试用 `zerolab.engine.memory` 检查其他模型大小、stage 和 rank 数，所以你的单元格里不能使用 `zerolab.engine.memory`。
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_file_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def checkpoint_file_bytes(params, stage, ranks):
@@ -104,11 +104,11 @@ def checkpoint_file_bytes(params, stage, ranks):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex1_file_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
-off_limits("checkpoint_file_bytes", ["zerolab.memory"], exercise="exercise 1",
+off_limits("checkpoint_file_bytes", ["zerolab.engine.memory"], exercise="exercise 1",
            instead="count the bytes each file holds yourself")
-from zerolab.checks import close_to, dict_keys
+from zerolab.lesson.checks import close_to, dict_keys
 from zerolab.ckpt.answers import as_bytes
 
 for _stage in (1, 2, 3):
@@ -130,8 +130,8 @@ close_to(as_bytes(checkpoint_file_bytes(PARAMS, 2, RANKS)["model_states"], "mode
 assert as_bytes(checkpoint_file_bytes(PARAMS, 3, RANKS)["model_states"], "model_states at stage 3") < _whole / RANKS / 2, \
     "checkpoint_file_bytes(PARAMS, 3, RANKS)['model_states'] is too large: at stage 3 the module holds placeholders"
 ### BEGIN HIDDEN TESTS
-from zerolab import memory as _memory
-from zerolab.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
 from zerolab.ckpt.answers import as_bytes as _as_bytes
 
 for _params in (1_000_003, 13_000_000_000):
@@ -255,7 +255,7 @@ DIAGNOSIS = "C"
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_ex2_diagnosis", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from zerolab.checks import choice
+from zerolab.lesson.checks import choice
 from zerolab.ckpt.answers import diagnosis_letter
 
 from zerolab.ckpt.answers import diagnosis_key
@@ -269,11 +269,11 @@ assert _letter != diagnosis_letter("truncated"), "DIAGNOSIS is not right: a file
     "itself, before load_state_dict sees any shape"
 assert _letter == diagnosis_key(), "DIAGNOSIS is not right: read the shapes the message compares"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks_source import off_limits as _off_limits
+from zerolab.lesson.checks_source import off_limits as _off_limits
 
 _off_limits("DIAGNOSIS", ["zerolab.ckpt.answers"], exercise="exercise 2",
             instead="write your own answer: the course's answer key is what grades it")
-from zerolab.checks import choice as _choice, plain as _plain
+from zerolab.lesson.checks import choice as _choice, plain as _plain
 from zerolab.ckpt.answers import diagnosis_key as _diagnosis_key
 
 assert _choice(_plain(DIAGNOSIS, "DIAGNOSIS"), "ABCD", "DIAGNOSIS") == _diagnosis_key(), \
@@ -327,7 +327,7 @@ import tempfile as _tempfile
 
 import torch as _torch
 
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
 off_limits("consolidate", ["zerolab.ckpt"], exercise="exercise 3", instead="call DeepSpeed's zero_to_fp32 functions")
 from zerolab.ckpt.answers import quietly as _quietly
@@ -356,7 +356,7 @@ for _key, _values in _trained.items():
     assert _tensor.to(_torch.bfloat16).float().flatten().tolist() == _values, \
         f"wrong values: {_key!r} is not what the ranks trained"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain as _plain
+from zerolab.lesson.checks import plain as _plain
 
 for _key, _values in _trained.items():
     _got = _plain(_state[_key].to(_torch.bfloat16).float().flatten().tolist(), _key)
@@ -434,7 +434,7 @@ for _key, _value in _given["zero_optimization"].items():
         "zero_optimization fields"
 ### BEGIN HIDDEN TESTS
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig as _ZeroConfig2
-from zerolab.checks import plain as _plain
+from zerolab.lesson.checks import plain as _plain
 
 _given = {"train_batch_size": 32, "bf16": {"enabled": True},
           "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": 12345}}
@@ -550,7 +550,7 @@ import os as _os
 import tempfile as _tempfile
 from subprocess import CalledProcessError as _CalledProcessError
 
-from zerolab.checks_source import off_limits
+from zerolab.lesson.checks_source import off_limits
 
 off_limits("prepare_resume", ["zerolab.ckpt"], exercise="exercise 5", instead="run DeepSpeed's ds_to_universal")
 from zerolab.ckpt.answers import no_process_pool as _no_process_pool, quietly as _quietly
@@ -597,7 +597,7 @@ for _rank in _resumed:
     assert _rank["final"]["optimizer_step"] == _saved["optimizer_step"] + 1, \
         "wrong step: Adam's step count starts over; the optimizer states were not loaded"
 ### BEGIN HIDDEN TESTS
-from zerolab.checks import plain as _plain
+from zerolab.lesson.checks import plain as _plain
 
 _plain(_resume_config, "prepare_resume(...)")
 assert len(_resumed) == 3 and all(_rank["final"]["global_steps"] == _saved["global_steps"] + 1 for _rank in _resumed), \

@@ -23,7 +23,7 @@ def _setup(url, needs):
         from google.colab import output
         output.enable_custom_widget_manager()
     import zerolab
-    from zerolab import i18n
+    from zerolab.base import i18n
     if i18n.language() == "zh" and where and not spec.find_spec("mplfonts"):  # a CJK font for the plots
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "mplfonts"], check=True)
     i18n.activate()

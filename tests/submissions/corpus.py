@@ -222,19 +222,19 @@ CASES = [
     Case("patched_builtins", prepend("ex1_model_state_bytes", "import builtins\nbuiltins.abs = lambda x: 0"),
          "review", FULL, "builtins.abs"),
     # replaces the hidden tests' helper inside the kernel: flagged for review (the score is not trusted)
-    Case("patched_checks", both(prepend("ex1_model_state_bytes", "import zerolab.checks\n"
-                                        "zerolab.checks.plain = lambda value, name=None: value"),
-                                replace("ex1_model_state_bytes", "import zerolab.checks\n"
-                                        "zerolab.checks.plain = lambda value, name=None: value\n" + RIGGED_DICT)),
-         "review", None, "zerolab.checks.plain"),
-    Case("sys_modules", prepend("ex1_model_state_bytes", "import sys\nsys.modules['zerolab.checks'] = None"),
+    Case("patched_checks", both(prepend("ex1_model_state_bytes", "import zerolab.lesson.checks\n"
+                                        "zerolab.lesson.checks.plain = lambda value, name=None: value"),
+                                replace("ex1_model_state_bytes", "import zerolab.lesson.checks\n"
+                                        "zerolab.lesson.checks.plain = lambda value, name=None: value\n" + RIGGED_DICT)),
+         "review", None, "zerolab.lesson.checks.plain"),
+    Case("sys_modules", prepend("ex1_model_state_bytes", "import sys\nsys.modules['zerolab.lesson.checks'] = None"),
          "review", 0, "sys.modules"),  # every hidden test's import fails
     Case("shadowed_builtin", prepend("ex2_per_gpu_bytes", "len = lambda x: 4"), "review", FULL, "rebinds 'len'"),
     # blanks every later cell, tests included: undeserved marks that only a human review can catch
     Case("input_transformer", prepend("ex1_model_state_bytes",
                                       "get_ipython().input_transformers_cleanup.append(lambda lines: [])"),
          "review", None, "get_ipython"),
-    Case("shadow_module_file", both(write_file("zerolab/__init__.py", ""), write_file("zerolab/checks.py",
+    Case("shadow_module_file", both(write_file("zerolab/__init__.py", ""), write_file("zerolab/lesson/checks.py",
                                                                                    PERMISSIVE_CHECKS),
                                     replace("ex1_model_state_bytes", RIGGED_DICT)),
          "review", FULL - EX1, "submitted Python code"),

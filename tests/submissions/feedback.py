@@ -74,7 +74,7 @@ L01 = {
              "popular figure"),
             ("def fraction_kept(stage, gpus):\n    kept = (2 / gpus if stage >= 3 else 2) + (2 / gpus if stage >= 1 else 2)"
              " + (12 / gpus if stage >= 1 else 12)\n    return kept / 16\n", "each stage keeps less"),
-            ("from zerolab import memory as m\ndef fraction_kept(stage, gpus):\n"
+            ("from zerolab.engine import memory as m\ndef fraction_kept(stage, gpus):\n"
              "    return m.estimate(10**9, stage, gpus_per_node=gpus).gpu_bytes / m.estimate(10**9, 0).gpu_bytes\n",
              "off limits"),
         ],
@@ -82,6 +82,8 @@ L01 = {
             "def fraction_kept(stage, gpus):\n    per_param = [16, 4 + 12 / gpus, 2 + 14 / gpus, 16 / gpus]\n"
             "    return per_param[stage] / per_param[0]\n",
             "def fraction_kept(stage, gpus):\n    return per_gpu_bytes(10**9, stage, gpus) / per_gpu_bytes(10**9, 0, gpus)\n",
+            # the issue's answer: one parameter is enough for a ratio
+            "def fraction_kept(stage, gpus):\n    return per_gpu_bytes(1, stage, gpus) / per_gpu_bytes(1, 0, gpus)\n",
             "from fractions import Fraction\ndef fraction_kept(stage, gpus):\n"
             "    k = [Fraction(2), Fraction(2), Fraction(12)]\n    for i in range(stage):\n        k[2 - i] /= gpus\n"
             "    return float(sum(k) / 16)\n",
@@ -185,7 +187,7 @@ L05 = {
                   ("EXTRA_PSI = 7 * 7e9 * 2\n", "wrong unit"), ("EXTRA_PSI = '7'\n", "wrong type"),
                   ("EXTRA_PSI = 8\n", "not right"), ("EXTRA_PSI = 7 * 7e9\n", "wrong unit")],
         "right": ["EXTRA_PSI = 7\n", "EXTRA_PSI = 9.0 - 2.0\n",
-                  "from zerolab import comm\nEXTRA_PSI = (comm.traffic(10**9, 2, 8, grad_accum=8).volume_in_params"
+                  "from zerolab.engine import comm\nEXTRA_PSI = (comm.traffic(10**9, 2, 8, grad_accum=8).volume_in_params"
                   " - comm.traffic(10**9, 1, 8, grad_accum=8).volume_in_params)\n"],
     },
 }
@@ -347,9 +349,9 @@ def _q(name, wrong, right):
 
 
 def _mc(name, wrong, other, right):
-    """A multiple-choice question: its wrong options by id (zerolab.drill places them), then other wrong answers,
+    """A multiple-choice question: its wrong options by id (zerolab.lesson.drill places them), then other wrong answers,
     then the right letter written as given in ``right`` (``{}`` for the letter, ``{l}`` lower case)."""
-    from zerolab import drill
+    from zerolab.lesson import drill
 
     key = drill.key(name)
     return _q(name, [(f'"{drill.letter(name, option)}"', words) for option, words in wrong] + other,
@@ -401,7 +403,7 @@ L07 = {
                       ["26", "int(13e9 // 5e8)", "-(-13_000_000_000 // 500_000_000)"]),
     "ex10_overlap_comm": _mc("Q10", [("everywhere_4_5x", "4.5x"), ("free", "not right"), ("faster", "not right")],
                              [("1", "wrong type"), ('"B)"', "should be one of"),
-                              ("getattr(__import__('zerolab.drill').drill, 'k' + 'ey')('Q10')", "off limits")],
+                              ("getattr(__import__('zerolab.lesson.drill').lesson.drill, 'k' + 'ey')('Q10')", "off limits")],
                              ['"{}"', '"{l}"', '" {}\\n"']),
     "ex12_host_ram": _q("Q12", [("156", "leaves out one"), ("208e9", "wrong unit"), ("193.7", "wrong unit"),
                                 ('"208"', "wrong type"), ("104", "not right")], ["208", "208.0", "13 * 16"]),
@@ -479,7 +481,7 @@ L02 = {
     "ex1_offload_split": {
         "wrong": [(_split("    e = memory.estimate(params, 2, gpus_per_node=gpus, offload_optimizer='cpu')\n"
                           "    return {'gpu': e.gpu_bytes, 'host': e.cpu_bytes}\n"), "off limits"),
-                  ("from zerolab import memory as m\n" + _split(
+                  ("from zerolab.engine import memory as m\n" + _split(
                       "    e = getattr(m, 'estimate')(params, 2, gpus_per_node=gpus, offload_optimizer='cpu')\n"
                       "    return {'gpu': e.gpu_bytes, 'host': e.cpu_bytes}\n"), "off limits"),
                   (_split("    return {'gpu': 2 * params, 'host': 14 * params / gpus}\n"), "should not depend"),
@@ -568,7 +570,7 @@ L03 = {
     "ex1_volume_in_params": {
         "wrong": [(_volume("    return comm.traffic(10**9, stage, 8, grad_accum=grad_accum).volume_in_params\n"),
                    "off limits"),
-                  ("from zerolab.comm import traffic as t\n"
+                  ("from zerolab.engine.comm import traffic as t\n"
                    + _volume("    return t(1, stage, 2, grad_accum=grad_accum).volume_in_params\n"), "off limits"),
                   (_volume("    return 2 * {0: 2, 1: 2, 2: grad_accum + 1, 3: 3 * grad_accum}[stage]\n"),
                    "counts each collective twice"),
@@ -673,7 +675,7 @@ L06 = {
                        "    return {'master_weights': -(-4 * params // n), 'optimizer_states': -(-8 * params // n)}\n")],
     },
     "ex2_training_bytes": {
-        "wrong": [("from zerolab.memory import estimate as e\n"
+        "wrong": [("from zerolab.engine.memory import estimate as e\n"
                    + _train("    g = e(params, stage, gpus_per_node=ranks, precision='bf16').breakdown['gpu']\n"
                             "    return {'params': g['params'], 'grads': g['grads']}\n"), "off limits"),
                   (_train(_TRAIN % (4, 3, 4, 2)), "bf16 is a 16-bit type"),
@@ -714,7 +716,7 @@ L06 = {
                           "        out['host' if moved else 'device'] += size\n    return out\n")],
     },
     "ex4_offload_traffic": {
-        "wrong": [("from zerolab import deepspeed_traffic as dt\n"
+        "wrong": [("from zerolab.engine import deepspeed_traffic as dt\n"
                    + _traffic("    d, u = dt.offload_bytes(params, 2, ranks, grad_accum, precision, 'cpu')\n"
                               "    return {'to_host': d, 'to_device': u}\n"), "off limits"),
                   (_traffic(_TRAFFIC % ("ranks", "4", "4", "max(0, acc - 1)")), "bf16 is a 16-bit type"),

@@ -1,6 +1,6 @@
 """The hostile corpus graded once per test session, unsharded, with --jobs 3 (a sleeping case leaves its core idle):
-the reference run that both tests/test_grading_corpus.py and tests/test_grading_shards.py (sharded, then merged)
-compare against.
+the reference run that tests/test_grading_corpus.py, tests/test_grading_shards.py (sharded, then merged) and
+tests/test_slurm_grading.py (a Slurm job array, then merged) compare against.
 tests/conftest.py imports the fixture so both modules share one run."""
 import csv
 import subprocess
@@ -24,6 +24,11 @@ def zerolab(*args, timeout=1800):
 def read_rows(course):
     with open(course / "grades.csv", newline="") as handle:
         return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+def normalised_rows(rows, course):
+    """grades.csv rows with the course's own path in a reason replaced, to compare gradings of two courses."""
+    return {student: {**row, "reason": row["reason"].replace(str(course), "<course>")} for student, row in rows.items()}
 
 
 def gradebook_scores(course):

@@ -1,8 +1,8 @@
 """Lesson 09's answer parsing and its multiple-choice key (kept out of the notebook, so no cell shows it)."""
 import contextlib
 
-from zerolab.checks import number
-from zerolab.units import parse_bytes
+from zerolab.lesson.checks import number
+from zerolab.engine.units import parse_bytes
 
 LETTERS = "ABCD"
 

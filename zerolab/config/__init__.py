@@ -16,8 +16,8 @@ Public API (everything a lesson or the CLI needs)::
 
     effect = config_effect(config, params="7B", gpus_per_node=8, nodes=1)   # -> Effect
     effect.settings                               # Settings: stage, offload devices, precision, buckets, grad_accum
-    effect.memory                                 # zerolab.memory.Estimate (per-GPU, per-node host, NVMe bytes)
-    effect.traffic                                # zerolab.comm.Traffic (per rank, per optimizer step)
+    effect.memory                                 # zerolab.engine.memory.Estimate (per-GPU, per-node host, NVMe bytes)
+    effect.traffic                                # zerolab.engine.comm.Traffic (per rank, per optimizer step)
 
     diff = compare_configs(config_a, config_b, params="7B", gpus_per_node=8)   # -> Comparison
     diff.changed                                  # [(path, value_in_a, value_in_b)], "<unset>" where absent
@@ -30,10 +30,12 @@ Where the truth comes from:
   models) for the data-parallel world size you give (see zerolab/config/validate.py for how);
 - the known top-level keys are the keys DeepSpeedConfig itself looks up (recorded, see known_keys.py);
 - the defaults shown by ``explain_config`` are read from DeepSpeed's models and constants;
-- the effect figures are zerolab.memory.estimate and zerolab.comm.traffic for the settings read from the config.
+- the effect figures are zerolab.engine.memory.estimate and zerolab.engine.comm.traffic for the settings read from the config.
 
 Importing this package imports neither torch nor deepspeed; the functions import deepspeed when first called
 (about 1.5-2 s on a 2-core CPU) and never start torch.distributed.
+
+May import: zerolab.engine, zerolab.base and zerolab.errors.
 """
 from zerolab.config.load import load_config
 from zerolab.config.findings import Finding, Report

@@ -1,12 +1,12 @@
-"""What a config costs: the settings DeepSpeed will actually use, fed to zerolab.memory and zerolab.comm."""
+"""What a config costs: the settings DeepSpeed will actually use, fed to zerolab.engine.memory and zerolab.engine.comm."""
 from zerolab.config.deepspeed_import import import_deepspeed
 from dataclasses import dataclass
 
-from zerolab import comm, memory
+from zerolab.engine import comm, memory
 from zerolab.config.checks import zero_block, zero_stage
 from zerolab.config.load import load_config
 from zerolab.errors import UserError
-from zerolab.units import parse_count
+from zerolab.engine.units import parse_count
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 The words are zerolab's; the defaults shown next to them come from DeepSpeed (defaults.py). Paths not in
 NOTES fall back to a generic line that still gives DeepSpeed's default.
 """
-from zerolab.i18n import tr
-from zerolab.units import format_bytes
+from zerolab.base.i18n import tr
+from zerolab.engine.units import format_bytes
 
 _STAGES = {0: "no ZeRO: every GPU keeps all parameters, gradients and optimizer states (plain data parallel)",
            1: "ZeRO-1: optimizer states (fp32 master weights, Adam moments) are partitioned across GPUs",
@@ -100,5 +100,5 @@ def describe(path, value, config):
     said = meaning(value) if meaning else None
     if value == "auto":
         said = '"auto": filled in by the Hugging Face Trainer / Accelerate only'
-    # the English words above are catalog keys (zerolab/locale/zh/zerolab.json); named fields keep the templates closed
+    # the English words above are catalog keys (zerolab/base/locale/zh/zerolab.json); named fields keep the templates closed
     return tr("{what}; here: {said}").format(what=tr(what), said=tr(said)) if said else tr(what)

@@ -1,7 +1,7 @@
 """What the doctor reports: findings with a JSON path, a severity and what to do."""
 from dataclasses import dataclass, field
 
-from zerolab.i18n import tr
+from zerolab.base.i18n import tr
 
 SEVERITIES = ("error", "warning")
 

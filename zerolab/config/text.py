@@ -1,5 +1,5 @@
 """Plain-text renderings of findings, explanations and effects, shared by the CLI and the lessons."""
-from zerolab.units import format_bytes
+from zerolab.engine.units import format_bytes
 
 _UNSET = "<unset>"
 

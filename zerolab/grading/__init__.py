@@ -15,4 +15,6 @@ release    the lesson in the gradebook (nbgrader generate_assignment)
 shards     one part of the class graded into a folder of its own (--shard K/N)
 merge      shard folders folded into the course's gradebook (zerolab grade merge)
 export     the gradebook's scores for an LMS: Canvas or plain CSV (zerolab grade export)
+
+May import: zerolab.lesson (its checks), zerolab.base and zerolab.errors.
 """

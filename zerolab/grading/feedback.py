@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from zerolab.i18n import translate
+from zerolab.base.i18n import translate
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_FRAME = re.compile(r"^\s*(?:Cell In ?\[(\d+)\]|Input In \[(\d+)\]), line (\d+)")

@@ -86,8 +86,10 @@ def run(args):
     for line in conflicts:
         print(f"CONFLICT {line}")
     for folder in unfinished:
-        print(f"NOT FINISHED: {folder} (shard {shards.read_record(folder)['shard']}/{count}) did not finish "
-              "grading; grade it again, then merge it")
+        record = shards.read_record(folder)
+        print(f"NOT FINISHED: {folder} (shard {record['shard']}/{count}) did not finish grading: its "
+              f"{len(record.get('students', []))} students are not merged{_fate(record.get('task'))}; grade the "
+              "shard again into the same folder, then merge")
     for number in missing:
         print(f"MISSING: shard {number}/{count} is not among the folders given; its students are not merged")
     return 1 if conflicts or missing or unfinished else 0
@@ -217,3 +219,15 @@ def _replace(source, target):
     elif source.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
+
+
+def _fate(task):
+    """Where to read why a scheduler's task ended early (killed, out of time, out of memory)."""
+    if not task:
+        return ""
+    if task.startswith("Slurm job "):
+        job = task.removeprefix("Slurm job ")
+        return f" ({task}: `sacct -j {job}` says whether it failed, was cancelled or ran out of time)"
+    if task.startswith("Kubernetes pod "):
+        return f" ({task}: `kubectl describe pod {task.removeprefix('Kubernetes pod ')}` says why it ended)"
+    return f" ({task})"

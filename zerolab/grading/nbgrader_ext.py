@@ -10,7 +10,7 @@ from nbgrader.preprocessors import ClearHiddenTests, Execute, LimitOutput
 from traitlets import Dict, Integer, List, Unicode
 
 from zerolab.grading import feedback
-from zerolab.i18n import notebook_language, translate
+from zerolab.base.i18n import notebook_language, translate
 
 running = {}  # the cell TrackedExecute is executing now: {"index", "grade_id", "source"}
 

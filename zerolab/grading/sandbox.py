@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zerolab import i18n
+from zerolab.base import i18n
 from zerolab.grading.uids import BASE_UID  # noqa: F401 (grading uids: see uids.allocate)
 SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "DS_ACCELERATOR", "MPLBACKEND", "OMP_NUM_THREADS")
@@ -118,7 +118,7 @@ def command(kernel_argv, *, uid, workdir, scratch, ipc_dir, read_only, workdir_s
     for key, value in os.environ.items():
         if key.startswith("NBGRADER"):  # not JPY_PARENT_PID: in its own pid namespace the kernel's parent is pid 1
             argv += ["--setenv", key, value]
-    # The kernel cannot read its notebook here, so it is told the edition's language (zerolab/i18n.py).
+    # The kernel cannot read its notebook here, so it is told the edition's language (zerolab/base/i18n.py).
     argv += ["--setenv", "ZEROLAB_LANG", i18n.folder_language(workdir)]
     argv += ["--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/.matplotlib",
              "--setenv", "TORCH_EXTENSIONS_DIR", TORCH_EXTENSIONS_DIR,

@@ -102,7 +102,7 @@ def findings(notebook, release):
 
 
 def _test_names(release):
-    """Names the release's locked cells import or define with def/class (test helpers), and zerolab.checks'.
+    """Names the release's locked cells import or define with def/class (test helpers), and zerolab.lesson.checks'.
     Plain variables a test assigns itself (answer = ...) are not protected: the test sets them before use."""
     import ast
 
@@ -117,7 +117,7 @@ def _test_names(release):
                 if isinstance(node, (ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
                     names.update(scan._bound_names(node))
     try:
-        from zerolab import checks
+        from zerolab.lesson import checks
         names.update(name for name in dir(checks) if not name.startswith("_"))
     except ImportError:
         pass
@@ -146,7 +146,7 @@ def _copy_plain_files(source, target, result):
 
 
 def _drop_unknown_files(staged, release_dir, result):
-    """Keep the notebooks, timestamp.txt and the release's own files. A student's zerolab/checks.py or json.py
+    """Keep the notebooks, timestamp.txt and the release's own files. A student's zerolab/lesson/checks.py or json.py
     would otherwise be imported by the hidden tests instead of the real module."""
     allowed = {path.relative_to(release_dir) for path in release_dir.rglob("*")} if release_dir.is_dir() else set()
     for path in sorted(staged.iterdir()):

@@ -10,6 +10,7 @@ It reads the submissions from the course and writes nothing outside itself.
 """
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -68,6 +69,18 @@ def snapshot(database, copy):
     finally:
         source.close()
         target.close()
+
+
+def scheduler_task(environ=None):
+    """The scheduler's name for the task grading this shard ("Slurm job 812_2", "Kubernetes pod grade-1-x7"), or
+    None outside a scheduler: the merge names it when the task did not finish, so its fate can be looked up."""
+    environ = os.environ if environ is None else environ
+    if environ.get("SLURM_JOB_ID"):
+        array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+        return f"Slurm job {array}_{task}" if array and task else f"Slurm job {environ['SLURM_JOB_ID']}"
+    if environ.get("JOB_COMPLETION_INDEX") is not None and environ.get("HOSTNAME"):
+        return f"Kubernetes pod {environ['HOSTNAME']}"
+    return None
 
 
 def write_record(path, **fields):

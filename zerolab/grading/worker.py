@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from zerolab.tools import skip_the_slow_iri_checker
+from zerolab.base.interpreter import skip_the_slow_iri_checker
 
 skip_the_slow_iri_checker()  # before nbgrader's import, which the next line starts
 from zerolab.grading import nbgrader_ext, report, sandbox, sanitize, uids  # noqa: E402

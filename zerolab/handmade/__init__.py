@@ -1,18 +1,14 @@
-"""ZeRO built by hand (lesson 08): run a learner's sharded optimizer on real gloo ranks and judge what it did.
+"""ZeRO built by hand (lesson 08): run a learner's ZeRO on real gloo ranks and judge what it did and what it held.
 
-- partition: which flat ranges of the parameters each rank owns (DeepSpeed's equal shares, padded to 2N);
-- model: the small fixed model, its data and the one-process torch.optim.AdamW reference;
-- source: the learner's cell, taken from the kernel's history, and the libraries it may not call;
-- harness / rank: start N gloo ranks on CPU that run that cell, and collect what each rank measured;
-- verdict: compare the ranks with the reference and name the mistake;
-- live: bytes of every tensor alive in a rank, found by the garbage collector (rank.BASELINE: what existed before
-  the learner's cell ran);
-- batch: the batch a ds_config trains on, as DeepSpeed's own config resolution derives it;
-- deepspeed_partition: the partition a real DeepSpeed ZeRO-1/2 optimizer builds (tests compare it with partition);
-- sharded: the course's own ZeRO-1 optimizer, used where an exercise needs a working one from another exercise.
-- traffic: what a rank's code sends through torch.distributed, counted at the collectives;
-- zero2_model, zero2_memory, zero2_rank, zero2_verdict, zero2: the ZeRO-2 exercise (gradients reduced from hooks,
-  a bucket at a time), graded on numbers, the measured gradient peak and the counted traffic;
-- mixed_model, mixed_rank, mixed_verdict, mixed: the mixed-precision exercise (bf16 compute, fp32 master shards,
-  clipping by the global norm).
+One folder per exercise, each with its test cell's call (grade), its rank side (rank), its judgement (verdict) and,
+where it has them, its own model and memory checks, over a shared core:
+- core: the rank process and launcher, the learner's cell, the fixed model, DeepSpeed's partition, live tensors,
+  the collective counter; `core.harness.run_checked(job, ranks, verdict)` is every test cell's one shape;
+- zero1: partition, ShardedAdamW and DeepSpeed stage 1 beside it;
+- zero2: gradients reduced from hooks, a bucket at a time;
+- zero3: parameters gathered per layer;
+- mixed: bf16 compute with fp32 master shards;
+- side_by_side: the learner's ZeRO-1/2/3, DeepSpeed stages 1-3 and FSDP2 on one model, measured.
+Imports run down: side_by_side -> the exercise folders -> core; among the folders, zero2 uses zero1's reference
+(the course's ZeRO-1 optimizer) and mixed uses zero2's ownership check.
 """

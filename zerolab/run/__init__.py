@@ -1,4 +1,4 @@
-"""Real DeepSpeed ZeRO runs of a tiny GPT on N ranks, measured next to zerolab.memory's prediction.
+"""Real DeepSpeed ZeRO runs of a tiny GPT on N ranks, measured next to zerolab.engine.memory's prediction.
 
     from zerolab.run import run, make_config
     result = run(make_config(stage=2, offload_optimizer="cpu"), ranks=2, steps=3)
@@ -6,6 +6,8 @@
 
 CPU ranks (gloo, DS_ACCELERATOR=cpu) work everywhere; ``device="cuda"`` uses NCCL, one GPU per rank.
 Importing this package loads neither torch nor DeepSpeed: the ranks are separate processes.
+
+May import: zerolab.engine, zerolab.base and zerolab.errors.
 """
 from zerolab.errors import UserError
 from zerolab.run.configs import default_precision, describe, low_precision_state, make_config
@@ -27,7 +29,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     from zerolab.run.launch import launch
     from zerolab.run.model import TinyGPT, count_params, largest_layer_params
     from zerolab.run.progress import Progress
-    from zerolab.deepspeed_traffic import step_traffic
+    from zerolab.engine.deepspeed_traffic import step_traffic
     from zerolab.run.report import RunResult, predict
 
     if device not in ("cpu", "cuda"):

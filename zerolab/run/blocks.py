@@ -1,4 +1,4 @@
-"""Real decoder blocks in torch, and the bytes they save for backward, to check zerolab.activations against.
+"""Real decoder blocks in torch, and the bytes they save for backward, to check zerolab.engine.activations against.
 
 Two block shapes besides the tiny GPT's own ``zerolab.run.model.Block``:
 

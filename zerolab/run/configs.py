@@ -1,6 +1,6 @@
 """The ds_config a run trains under: built from a few knobs, or read back into those knobs for the prediction."""
 from zerolab.errors import UserError
-from zerolab.memory import DEVICES, STAGES
+from zerolab.engine.memory import DEVICES, STAGES
 
 
 def default_precision(device):

@@ -25,7 +25,7 @@ import psutil
 from zerolab.run.diagnose import RunFailed, RunTimeout, explain_failure
 from zerolab.run.op_locks import clear_orphaned_locks
 from zerolab.run.worker import EVENT_PREFIX
-from zerolab.tools import env_with_interpreter_bin
+from zerolab.base.interpreter import env_with_interpreter_bin
 
 PORT_ATTEMPTS = 3
 PORT_IN_USE = ("EADDRINUSE", "address already in use")

@@ -29,7 +29,7 @@ non-blocking copy crosses in the host buffer's dtype and a blocking one in the d
 Copies are grouped by (direction, dtype, site); one-element tensors (the norm, the overflow flag) count like any
 other. Where a CPU rank takes a different branch than a GPU would (stage3.py ``partition_grads`` adds later
 micro-steps in place when the buffer "is on the accelerator"), the meter counts what the CPU rank did, and
-zerolab.deepspeed_traffic models both.
+zerolab.engine.deepspeed_traffic models both.
 """
 import sys
 import threading

@@ -7,7 +7,7 @@ the line says whether it was compiled now or loaded from the cache (the latter o
 import sys
 import time
 
-from zerolab.i18n import tr
+from zerolab.base.i18n import tr
 from zerolab.run.op_cache import TYPICAL_BUILD_S
 
 ANNOUNCE_AFTER_S = 2.0

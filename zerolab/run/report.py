@@ -1,4 +1,4 @@
-"""Measured next to predicted: the prediction comes from zerolab.memory.estimate, per rank and per component.
+"""Measured next to predicted: the prediction comes from zerolab.engine.memory.estimate, per rank and per component.
 
 The paper's accounting gives parameters, gradients, master weights and Adam states; DeepSpeed's accounting
 gives the fp32 gradient partition the paper does not count. On CPU ranks the "GPU" and the host are the same
@@ -7,10 +7,10 @@ Where measured and predicted differ by more than 1%, a note says why, when the r
 """
 from dataclasses import dataclass, field
 
-from zerolab.i18n import tr
-from zerolab.memory import MASTER_BYTES, estimate
+from zerolab.base.i18n import tr
+from zerolab.engine.memory import MASTER_BYTES, estimate
 from zerolab.run.measure import COMPONENTS
-from zerolab.units import format_bytes
+from zerolab.engine.units import format_bytes
 
 TOLERANCE = 0.01
 LABELS = {
@@ -27,7 +27,7 @@ _PAPER_NAMES = {"param_bytes": "params", "grad_bytes": "grads", "master_weight_b
 
 def predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest_layer, master="fp32",
             moments="fp32"):
-    """Per-rank bytes of each component for ``ranks`` ranks on one node, from zerolab.memory.estimate. With bf16
+    """Per-rank bytes of each component for ``ranks`` ranks on one node, from zerolab.engine.memory.estimate. With bf16
     master weights (``master``) the optimizer's gradient partition is bf16 too: half of DeepSpeed's fp32 term."""
     options = dict(gpus_per_node=ranks, offload_optimizer=offload_optimizer, offload_param=offload_param,
                    precision=precision)
@@ -58,7 +58,7 @@ class RunResult:
     ranks: list
     predicted: dict
     loss: list = field(default_factory=list)
-    predicted_traffic: list = None  # per rank: zerolab.deepspeed_traffic.step_traffic for one optimizer step
+    predicted_traffic: list = None  # per rank: zerolab.engine.deepspeed_traffic.step_traffic for one optimizer step
 
     def measured_traffic(self, rank=0):
         """What the meter recorded on ``rank`` in the last optimizer step (zerolab.run.meter)."""
@@ -66,7 +66,7 @@ class RunResult:
         return steps[-1] if steps else None
 
     def traffic_table(self):
-        """Measured traffic per rank (last step) next to zerolab.comm's DeepSpeed 0.19.8 model, as text."""
+        """Measured traffic per rank (last step) next to zerolab.engine.comm's DeepSpeed 0.19.8 model, as text."""
         if self.predicted_traffic is None or self.measured_traffic() is None:
             return ""
         ranks = range(len(self.ranks))
@@ -78,7 +78,7 @@ class RunResult:
         for key in sorted(set().union(*measured, *predicted)):
             body.append([key] + [f"{table.get(key, 0):,}" for r in ranks for table in (measured[r], predicted[r])])
         widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
-        lines = ["traffic: measured by zerolab.run.meter, predicted by zerolab.deepspeed_traffic.step_traffic "
+        lines = ["traffic: measured by zerolab.run.meter, predicted by zerolab.engine.deepspeed_traffic.step_traffic "
                  "(DeepSpeed 0.19.8's accounting; bytes are each collective's buffer, not ring wire bytes)"]
         for row in [header] + body:
             lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
@@ -102,14 +102,14 @@ class RunResult:
         return rows
 
     def table(self, yours=None):
-        """The comparison as text; ``yours`` (component -> bytes, keys as in zerolab.memory: params, grads,
+        """The comparison as text; ``yours`` (component -> bytes, keys as in zerolab.engine.memory: params, grads,
         master_weights, optimizer_states) adds a column with your own prediction."""
         s = self.setup
         lines = [f"stage {s['stage']}, offload_optimizer={s['offload_optimizer']}, offload_param={s['offload_param']}, "
                  f"{s['precision']}, {s['ranks']} {s['device'].upper()} ranks, {s['params']:,} parameters, "
                  f"{s['steps']} steps",
                  f"loss {self.loss[0]:.3f} -> {self.loss[-1]:.3f}; step time {self.ranks[0]['step_time_s']:.3f} s "
-                 f"(rank 0, median); prediction: zerolab.memory.estimate, paper accounting (fp32 gradients: "
+                 f"(rank 0, median); prediction: zerolab.engine.memory.estimate, paper accounting (fp32 gradients: "
                  f"DeepSpeed accounting)", ""]
         header = (["component"] + (["yours"] if yours else []) + [f"rank {rank['rank']}" for rank in self.ranks]
                   + ["predicted", "diff", "note"])

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 
-from zerolab.tools import RUN_CACHE_AT_IMPORT
+from zerolab.base.interpreter import RUN_CACHE_AT_IMPORT
 
 PLACEHOLDER = "{zerolab-run-cache:save_dir}"
 # Read once, when zerolab is imported (a lesson's first cell): a cell that sets the variables later, as a

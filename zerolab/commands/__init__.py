@@ -1,1 +1,0 @@
-"""One module per `zerolab` subcommand; see zerolab/cli.py for the protocol."""
