@@ -42,6 +42,8 @@ def cluster():
     # 4 slots on 2 cores: the task frozen until its time limit (below) holds a slot but no core, beside the array
     env = dict(os.environ, ZEROLAB_SLURM_DIR=str(state), ZEROLAB_SLURM_CPUS="4")
     started = subprocess.run(["bash", SCRIPT, "start"], env=env, capture_output=True, text=True, timeout=600)
+    if started.returncode != 0:  # stop what did start (munged, slurmctld): no daemon outlives the test
+        subprocess.run(["bash", SCRIPT, "stop"], env=env, capture_output=True, timeout=120)
     assert started.returncode == 0, started.stdout + started.stderr
     env["SLURM_CONF"] = str(state / "slurm.conf")
     yield env
