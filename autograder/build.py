@@ -51,6 +51,9 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
                  "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
                  "pygments_lexer": "ipython3", "version": PYTHON_VERSION}
+# A claim mark (autograder/claims.py) is for the course's maintainers; in a student's release its id could give an
+# interview question's answer away, so the release goes without them.
+CLAIM_MARK = re.compile(r" ?<!-- claim: [a-z0-9-]+ -->")
 NO_WIDGET_STATE = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}}
 
 from zerolab.lesson import course  # noqa: E402
@@ -180,6 +183,14 @@ def release_notebooks(notebooks):
                 for name in notebooks}
 
 
+def without_claim_marks(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            lines = [CLAIM_MARK.sub("", line) for line in cell.source.split("\n")]
+            cell.source = "\n".join(line for line, old in zip(lines, cell.source.split("\n")) if line.strip() or not old.strip())
+    return nb
+
+
 def executed(nb, name):
     """The notebook run top to bottom in a fresh python3 kernel, with a hash of its source in the metadata."""
     from nbclient import NotebookClient
@@ -292,7 +303,7 @@ def _build_editions(names, out, execute, log):
                 write(nb, out / "autograder" / "source" / name / f"{name}.ipynb")
         started = time.perf_counter()
         for name, nb in release_notebooks(sources).items():
-            write(nb, out / course.edition_path("lessons", name, language))
+            write(without_claim_marks(nb), out / course.edition_path("lessons", name, language))
         log(f"released {len(sources)} lesson(s) ({language}) with nbgrader in {time.perf_counter() - started:.1f} s")
         if execute:
             for name, nb in sources.items():

@@ -72,7 +72,18 @@ def problems():
             found.append(f"{claim['id']} has no {', '.join(missing)}")
         elif not _test_exists(claim["check"]):
             found.append(f"{claim['id']}: its check {claim['check']} is not a test function")
+    checks = {claim.get("check") for claim in claims}
+    found += [f"{check} checks no registered claim: register its claim, or delete it"
+              for check in _claim_tests() if check not in checks]
     return found
+
+
+def _claim_tests():
+    """The tests of tests/test_claims_*.py, the modules that hold claim checks only."""
+    for file in sorted((ROOT / "tests").glob("test_claims_*.py")):
+        for node in ast.parse(file.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                yield f"tests/{file.name}::{node.name}"
 
 
 def _test_exists(check):

@@ -2,6 +2,7 @@ import contextlib
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +23,11 @@ LESSON_UNIT_MODULES = {"tests/test_notebooks.py": None, "tests/test_no_answers_i
                        "tests/test_release_flow.py": {"test_lesson_01_": "01_where_memory_goes",
                                                       "test_lesson_06_": "06_predict_then_measure"}}
 _LESSON_IN_ID = re.compile(r"[\[-](\d\d_[a-z0-9_]+)")
-# Modules about one lesson whose tests do not name it, beyond LESSON_UNIT_MODULES (for --lesson).
-LESSON_OF_MODULE = {"tests/test_lesson08_grading.py": "08_zero_from_scratch"}
+# Modules about one lesson whose tests do not name it, beyond LESSON_UNIT_MODULES (for --lesson); the claim checks
+# of each lesson (tests/test_claims_NN.py) too.
+LESSON_OF_MODULE = {"tests/test_lesson08_grading.py": "08_zero_from_scratch",
+                    **{f"tests/test_claims_{source.stem[:2]}.py": source.stem
+                       for source in (Path(__file__).resolve().parent.parent / "autograder" / "src").glob("[0-9][0-9]_*.py")}}
 
 
 def pytest_addoption(parser):

@@ -30,3 +30,4 @@ def test_a_missing_check_an_unregistered_mark_and_a_lone_edition_are_reported(mo
     assert any("no_such_test is not a test function" in problem for problem in found)
     assert any("marked in the en edition(s)" in problem for problem in found)
     assert any("but not in autograder/claims/" in problem for problem in found)
+    assert any("checks no registered claim" in problem for problem in found), "the other claims' checks are orphans now"

@@ -16,9 +16,9 @@
 # - read DeepSpeed's own estimator and explain why it counts more bytes than the paper.
 #
 # Every number in this notebook is computed by the `zerolab` package (`zerolab.engine.memory`), which the course's
-# tests check against the ZeRO paper and against DeepSpeed's estimator functions.
+# tests check against the ZeRO paper and against DeepSpeed's estimator functions. <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
-# %% [markdown] lang="zh" en="129a94e4371b"
+# %% [markdown] lang="zh" en="39b0f5b63e5b"
 # ## 学习目标
 #
 # 学完本课，你能够：
@@ -28,7 +28,7 @@
 # - 说出每个 stage 保留了 DDP 显存的多大比例，以及为什么这个比例取决于 GPU 数量；
 # - 读懂 DeepSpeed 自带的估算函数，并解释它为什么比论文多算了一些字节。
 #
-# 本 notebook 中的每个数字都由 `zerolab` 包（`zerolab.engine.memory`）计算得出，课程的测试会把它与 ZeRO 论文以及 DeepSpeed 的估算函数逐一核对。
+# 本 notebook 中的每个数字都由 `zerolab` 包（`zerolab.engine.memory`）计算得出，课程的测试会把它与 ZeRO 论文以及 DeepSpeed 的估算函数逐一核对。 <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -50,9 +50,9 @@ P13B = units.parse_count("13B")
 #   weights, plus Adam's momentum and variance, also fp32.
 #
 # These are the **model states**. Activations, temporary buffers and fragmentation come on top (the paper's
-# "residual states"); this lesson is about model states only. `memory.estimate` breaks them down:
+# "residual states"); this lesson is about model states only. `memory.estimate` breaks them down: <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter -->
 
-# %% [markdown] lang="zh" en="80fc6527c296"
+# %% [markdown] lang="zh" en="d89ec390cc30"
 # ## 1. 模型状态：训练时每个参数要存什么
 #
 # 用混合精度加 Adam 训练时，每个参数都要保存：
@@ -61,7 +61,7 @@ P13B = units.parse_count("13B")
 # - 反向传播产生的 16 位梯度；
 # - 优化器状态，论文记为每个参数 K 字节：一份 fp32 的权重*主副本*（即 fp32 主权重），加上 Adam 的动量（momentum）和方差（variance），同样是 fp32。
 #
-# 这些就是**模型状态**。激活值、临时缓冲区和显存碎片还要另算（论文称之为"剩余状态"，residual states）；本课只讨论模型状态。`memory.estimate` 会把它们逐项拆开：
+# 这些就是**模型状态**。激活值、临时缓冲区和显存碎片还要另算（论文称之为"剩余状态"，residual states）；本课只讨论模型状态。`memory.estimate` 会把它们逐项拆开： <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter -->
 
 # %%
 ddp = memory.estimate(P13B, stage=0)
@@ -74,12 +74,12 @@ print(tr(f"{'total':18s} {ddp.gpu_bytes / P13B:4.0f} bytes/param  {units.format_
 #
 # It is wrong. The 52 GB is one fp32 tensor of 13B values: the `master_weights` line above. Adam's momentum and
 # variance are two such tensors (`optimizer_states` above), and with the master copy the optimizer holds K = 12
-# bytes per parameter:
+# bytes per parameter: <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter -->
 
-# %% [markdown] lang="zh" en="6a4c054f82b9"
+# %% [markdown] lang="zh" en="06f70432e0f3"
 # ### 一个常见说法："13B 模型的 Adam 优化器状态占 52GB"
 #
-# 这是错的。52 GB 只是一个含 13B 个值的 fp32 张量，也就是上面 `master_weights` 那一行。Adam 的动量和方差是两个这样的张量（上面的 `optimizer_states`），再加上主副本，优化器每个参数共占 K = 12 字节：
+# 这是错的。52 GB 只是一个含 13B 个值的 fp32 张量，也就是上面 `master_weights` 那一行。Adam 的动量和方差是两个这样的张量（上面的 `optimizer_states`），再加上主副本，优化器每个参数共占 K = 12 字节： <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter -->
 
 # %%
 adam_only = ddp.breakdown["gpu"]["optimizer_states"]
@@ -161,9 +161,9 @@ for _params in (1, 7, 123_456_789, 175_000_000_000):
 # | ZeRO-3 | + parameters | nothing |
 #
 # Move the sliders: the model size, the number of GPUs and the accounting (the paper's, or DeepSpeed's
-# estimator, section 4). Where widgets cannot render you see the static figure for 1, 8 and 64 GPUs.
+# estimator, section 4). Where widgets cannot render you see the static figure for 1, 8 and 64 GPUs. <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: stage1-full-gradients-until-the-boundary -->
 
-# %% [markdown] lang="zh" en="121bcbf142ca"
+# %% [markdown] lang="zh" en="a77b47724ff3"
 # ## 2. ZeRO：切分状态，而不是复制
 #
 # DDP 在每张 GPU 上都保存全部这些状态：N 张 GPU 上是 N 份一模一样的副本。ZeRO（Zero Redundancy Optimizer，零冗余优化器）则把它们切分成 N 个分片，每张 GPU 持有其中一个：
@@ -174,7 +174,7 @@ for _params in (1, 7, 123_456_789, 175_000_000_000):
 # | ZeRO-2 | + 梯度 | 16 位参数 |
 # | ZeRO-3 | + 参数 | 无 |
 #
-# 拖动滑块：模型规模、GPU 数量以及口径（论文的口径，或第 4 节介绍的 DeepSpeed 估算函数）。在无法显示控件的环境中，你会看到 1、8 和 64 张 GPU 的静态图。
+# 拖动滑块：模型规模、GPU 数量以及口径（论文的口径，或第 4 节介绍的 DeepSpeed 估算函数）。在无法显示控件的环境中，你会看到 1、8 和 64 张 GPU 的静态图。 <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: stage1-full-gradients-until-the-boundary -->
 
 # %%
 from zerolab.lesson import widgets
@@ -187,12 +187,12 @@ widgets.memory_explorer(params="13B", gpus=8)
 # Its first term, the fp16 parameters that ZeRO-2 keeps whole, is right. Its second term is not: divide the claimed
 # 78 GB by the 13B parameters and you get a number of bytes per parameter that matches no accounting. What ZeRO-2
 # partitions is the fp16 gradients plus the K = 12 bytes of optimizer state. The paper's figure and DeepSpeed's
-# estimator both give much more:
+# estimator both give much more: <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition -->
 
-# %% [markdown] lang="zh" en="e3a3ff2a4410"
+# %% [markdown] lang="zh" en="a771c2130a10"
 # ### 一个常见说法："ZeRO-2 每卡 = 26GB + 78GB/8 ≈ 36GB"（13B 模型，8 张 GPU）
 #
-# 第一项，即 ZeRO-2 在每张卡上完整保留的 fp16 参数，是对的。第二项不对：把这里的 78 GB 除以 13B 个参数，得到的每参数字节数对不上任何一种口径。ZeRO-2 切分的是 fp16 梯度加上 K = 12 字节的优化器状态。论文的数字和 DeepSpeed 估算函数给出的结果都要大得多：
+# 第一项，即 ZeRO-2 在每张卡上完整保留的 fp16 参数，是对的。第二项不对：把这里的 78 GB 除以 13B 个参数，得到的每参数字节数对不上任何一种口径。ZeRO-2 切分的是 fp16 梯度加上 K = 12 字节的优化器状态。论文的数字和 DeepSpeed 估算函数给出的结果都要大得多： <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition -->
 
 # %%
 paper = memory.estimate(P13B, 2, gpus_per_node=8)
@@ -214,14 +214,14 @@ print(tr("DeepSpeed estimator, per GPU:"), units.format_bytes(deepspeed_view.gpu
 # *Accepted:* a number of **bytes** (`int` or `float`) within one part in a million of the paper's figure, so
 # exact division, `//` and rounding partitions up (as DeepSpeed pads them) all count.
 # Hidden tests compare it with `memory.estimate` for many sizes, stages and GPU counts, so `memory.estimate` is
-# off limits in your cell (the test gives 0 if it is used).
+# off limits in your cell (the test gives 0 if it is used). <!-- claim: zero12-padding-travels-in-the-all-gather --> <!-- claim: zero3-pads-each-parameter -->
 
-# %% [markdown] lang="zh" en="12afb60a65e2"
+# %% [markdown] lang="zh" en="946956a61039"
 # ### 练习 2：任意 stage 下每张 GPU 的字节数
 #
 # 编写 `per_gpu_bytes(params, stage, gpus)`：在 `gpus` 张 GPU 上使用 ZeRO `stage`（0 = DDP）时，每张 GPU 持有的模型状态字节数，按论文的口径计算（fp16 混合精度 Adam）。
 #
-# *可接受的答案：* 一个**字节**数（`int` 或 `float`），与论文数字的相对误差在百万分之一以内，所以精确除法、`//` 以及把分片向上取整（DeepSpeed 会做填充）都算对。隐藏测试会在多种模型规模、stage 和 GPU 数量下把它与 `memory.estimate` 比较，所以你的单元格里不能使用 `memory.estimate`（用了，测试给 0 分）。
+# *可接受的答案：* 一个**字节**数（`int` 或 `float`），与论文数字的相对误差在百万分之一以内，所以精确除法、`//` 以及把分片向上取整（DeepSpeed 会做填充）都算对。隐藏测试会在多种模型规模、stage 和 GPU 数量下把它与 `memory.estimate` 比较，所以你的单元格里不能使用 `memory.estimate`（用了，测试给 0 分）。 <!-- claim: zero12-padding-travels-in-the-all-gather --> <!-- claim: zero3-pads-each-parameter -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_per_gpu_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def per_gpu_bytes(params, stage, gpus):
@@ -284,14 +284,14 @@ _earlier.note()
 #
 # There is no fixed fraction: it depends on the number of GPUs. ZeRO-1 and ZeRO-2 still copy the fp16 parameters
 # (and ZeRO-1 the gradients) on every GPU, so their fraction approaches a floor as N grows; ZeRO-3 keeps 1/N.
-# The "75%" is ZeRO-1's *saving* in the limit, not what it keeps:
+# The "75%" is ZeRO-1's *saving* in the limit, not what it keeps: <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: stage1-full-gradients-until-the-boundary -->
 
-# %% [markdown] lang="zh" en="5cd852c4a244"
+# %% [markdown] lang="zh" en="67419c210d9c"
 # ## 3. 每个 stage 保留了 DDP 显存的多少？
 #
 # ### 一个常见说法："ZeRO-1 保留 75% 的显存，ZeRO-2 保留 40%，ZeRO-3 保留 15%"
 #
-# 并不存在固定的比例：它取决于 GPU 数量。ZeRO-1 和 ZeRO-2 仍在每张 GPU 上复制 fp16 参数（ZeRO-1 还复制梯度），所以随着 N 增大，它们的比例趋近一个下限；ZeRO-3 则保留 1/N。所谓"75%"是 ZeRO-1 在极限情况下*节省*的比例，而不是它保留的比例：
+# 并不存在固定的比例：它取决于 GPU 数量。ZeRO-1 和 ZeRO-2 仍在每张 GPU 上复制 fp16 参数（ZeRO-1 还复制梯度），所以随着 N 增大，它们的比例趋近一个下限；ZeRO-3 则保留 1/N。所谓"75%"是 ZeRO-1 在极限情况下*节省*的比例，而不是它保留的比例： <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: stage1-full-gradients-until-the-boundary -->
 
 # %%
 for gpus in (8, 64, 1024):
@@ -379,16 +379,16 @@ _earliest.note()
 #   4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit"), so 2 + 18 bytes instead of 2 + 2 + 12;
 # - they print "GB" but divide by 2**30: their GB is a GiB;
 # - ZeRO-3 adds the largest layer, gathered whole on each GPU, and the host figure counts the load-time peak of
-#   every process building the model in fp32.
+#   every process building the model in fp32. <!-- claim: deepspeed-estimators-in-stage-modules --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: torch-builds-modules-in-fp32 -->
 
-# %% [markdown] lang="zh" en="83de5dcf7265"
+# %% [markdown] lang="zh" en="72774bbc8a59"
 # ## 4. DeepSpeed 的估算函数算法不同
 #
 # DeepSpeed 自带了估算函数（`deepspeed/runtime/zero/stage_1_and_2.py` 中的 `estimate_zero2_model_states_mem_needs_all_cold`，以及 `stage3.py` 中对应 ZeRO-3 的那个）。它们与论文有三处不同，面试时值得知道：
 #
 # - 它们在切分的部分里计入了一份 **fp32 梯度副本**（源码注释写的是："18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit"），所以是 2 + 18 字节，而不是 2 + 2 + 12；
 # - 它们打印的单位是 "GB"，但除的是 2**30：它们的 GB 其实是 GiB；
-# - ZeRO-3 还要加上最大的一层（它会在每张 GPU 上被完整 gather 出来），而主机内存的数字计入了每个进程以 fp32 构建模型时的加载峰值。
+# - ZeRO-3 还要加上最大的一层（它会在每张 GPU 上被完整 gather 出来），而主机内存的数字计入了每个进程以 fp32 构建模型时的加载峰值。 <!-- claim: deepspeed-estimators-in-stage-modules --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: torch-builds-modules-in-fp32 -->
 
 # %%
 for gpus in (1, 8, 64):
@@ -405,14 +405,14 @@ for gpus in (1, 8, 64):
 #
 # *Accepted:* an `int` or `float` within 1 % of DeepSpeed's figure; keep full precision (rounding to two decimals is
 # more than 1 % off for small models). Hidden tests call DeepSpeed's own `estimate_zero2_model_states_mem_needs` and
-# compare, so it and `memory.estimate` are off limits in your cell.
+# compare, so it and `memory.estimate` are off limits in your cell. <!-- claim: deepspeed-estimators-in-stage-modules --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb -->
 
-# %% [markdown] lang="zh" en="e01fb408af2d"
+# %% [markdown] lang="zh" en="f51998e75715"
 # ### 练习 4：DeepSpeed 的 ZeRO-2 数字
 #
 # 编写 `deepspeed_zero2_gib(params, gpus)`：DeepSpeed 的 ZeRO-2 估算函数打印出的每卡数字（不卸载（offload），单节点 `gpus` 张 GPU），单位为 **GiB**（2**30 字节），返回 float。
 #
-# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较，所以你的单元格里不能使用它以及 `memory.estimate`。
+# *可接受的答案：* 一个 `int` 或 `float`，与 DeepSpeed 的数字相差在 1 % 以内；请保留完整精度（对小模型而言，四舍五入到两位小数的误差会超过 1 %）。隐藏测试会调用 DeepSpeed 自己的 `estimate_zero2_model_states_mem_needs` 进行比较，所以你的单元格里不能使用它以及 `memory.estimate`。 <!-- claim: deepspeed-estimators-in-stage-modules --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_deepspeed_zero2_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_zero2_gib(params, gpus):
@@ -468,9 +468,9 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # - **full recomputation** (activation checkpointing): keep only each layer's input, and run the layer's
 #   forward again during its backward. <!-- claim: checkpoint-keeps-only-each-layer-input -->
 #
-# `zerolab.engine.activations` counts them term by term for a decoder's shape; `zerolab.engine.models` has published shapes:
+# `zerolab.engine.activations` counts them term by term for a decoder's shape; `zerolab.engine.models` has published shapes: <!-- claim: zero-does-not-partition-activations --> <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: checkpoint-recomputes-each-layer-in-backward -->
 
-# %% [markdown] lang="zh" en="8c6e3f883ff1"
+# %% [markdown] lang="zh" en="67802fc26746"
 # ## 5. 放得下吗？激活值与整体预算
 #
 # 模型状态是 ZeRO 切分的对象。训练还要保存**激活值**：前向传播存下来、供反向传播计算梯度用的张量。ZeRO 不切分激活值：每张 GPU 保存自己那个微批次（micro-batch）的激活值，它们随序列长度和微批次大小增长。
@@ -480,7 +480,7 @@ for _params in (125_000_000, 6_700_000_001, 70_000_000_000):
 # - **选择性重计算**：在反向传播时重新计算注意力核心部分（去掉 s x s 那一项）；
 # - **完全重计算**（激活检查点）：只保存每一层的输入，在该层反向传播时把它的前向再跑一遍。<!-- claim: checkpoint-keeps-only-each-layer-input -->
 #
-# `zerolab.engine.activations` 按解码器的结构逐项统计激活值；`zerolab.engine.models` 收录了已公开模型的结构：
+# `zerolab.engine.activations` 按解码器的结构逐项统计激活值；`zerolab.engine.models` 收录了已公开模型的结构： <!-- claim: zero-does-not-partition-activations --> <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: checkpoint-recomputes-each-layer-in-backward -->
 
 # %%
 from zerolab.engine import activations, models
@@ -501,14 +501,14 @@ for recompute in activations.RECOMPUTE:
 # These figures are checked against real torch blocks: a hook (`torch.autograd.graph.saved_tensors_hooks`)
 # sees every tensor autograd keeps for backward. Here is the tiny GPT block that lesson 06 trains, next to
 # zerolab's accounting of that block (`real_block`: the paper's terms plus what torch really keeps on a CPU,
-# listed in `zerolab.engine.activations`' docstring):
+# listed in `zerolab.engine.activations`' docstring): <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: saved-tensors-hooks-see-everything-saved --> <!-- claim: real-block-is-what-torch-keeps-on-cpu -->
 
-# %% [markdown] lang="zh" en="ae9e439f6ae7"
+# %% [markdown] lang="zh" en="991eeb9273d6"
 # 有了 flash attention，已经没有注意力分数可省，所以这里选择性重计算几乎省不了什么；完全重计算则能省下绝大部分。把这些数字与第 2 节的模型状态对比一下。
 #
 # ### 实测，而不只是建模
 #
-# 这些数字都与真实的 torch 模块核对过：一个钩子（`torch.autograd.graph.saved_tensors_hooks`）能看到 autograd 为反向传播保存的每一个张量。下面是第 06 课训练的那个小型 GPT block，旁边是 zerolab 对这个 block 的统计（`real_block`：论文中的各项，加上 torch 在 CPU 上实际保存的内容，详见 `zerolab.engine.activations` 的 docstring）：
+# 这些数字都与真实的 torch 模块核对过：一个钩子（`torch.autograd.graph.saved_tensors_hooks`）能看到 autograd 为反向传播保存的每一个张量。下面是第 06 课训练的那个小型 GPT block，旁边是 zerolab 对这个 block 的统计（`real_block`：论文中的各项，加上 torch 在 CPU 上实际保存的内容，详见 `zerolab.engine.activations` 的 docstring）： <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: saved-tensors-hooks-see-everything-saved --> <!-- claim: real-block-is-what-torch-keeps-on-cpu -->
 
 # %%
 import torch
@@ -533,13 +533,13 @@ print(tr(f"measured: {measured:,} bytes   zerolab real_block: {counted.blocks_by
 # vocabulary. (Attention's output is kept once: the output projection saves the very tensor attention saved.)
 # <!-- claim: hf-llama-attention-output-once --> zerolab counts both (`implementation="megatron"` or `"hf"`).
 # Its error ledger (`docs/fit_ledger.md`) puts each next to a simulation of the whole real model: PyTorch's
-# FakeTensorMode runs a training step with shapes but no data, so a 70B model fits on a laptop.
+# FakeTensorMode runs a training step with shapes but no data, so a 70B model fits on a laptop. <!-- claim: hf-rmsnorm-keeps-fp32-input --> <!-- claim: hf-causal-lm-loss-fp32-vocabulary-gradient --> <!-- claim: fake-tensor-mode-allocates-no-storage -->
 
-# %% [markdown] lang="zh" en="e2d2dc6ebeba"
+# %% [markdown] lang="zh" en="f7886cbf5b9b"
 # ### 激活值由谁的代码保存？
 #
 # 论文统计的是 Megatron 的 GPT 层。而大多数微调跑的是 Hugging Face 的 Llama 代码，它保存得更多：每个 RMSNorm 都保存一份 fp32 的输入副本，反向传播一开始还有损失在整个词表上的 fp32 梯度。（注意力的输出只保存一次：输出投影保存的正是注意力已经保存的那个张量。）
-# <!-- claim: hf-llama-attention-output-once -->zerolab 两种都能统计（`implementation="megatron"` 或 `"hf"`）。它的误差账本（`docs/fit_ledger.md`）把两者分别与整个真实模型的模拟结果并列：PyTorch 的 FakeTensorMode 只带形状、不带数据地跑一个训练步，所以 70B 的模型在笔记本电脑上也能模拟。
+# <!-- claim: hf-llama-attention-output-once -->zerolab 两种都能统计（`implementation="megatron"` 或 `"hf"`）。它的误差账本（`docs/fit_ledger.md`）把两者分别与整个真实模型的模拟结果并列：PyTorch 的 FakeTensorMode 只带形状、不带数据地跑一个训练步，所以 70B 的模型在笔记本电脑上也能模拟。 <!-- claim: hf-rmsnorm-keeps-fp32-input --> <!-- claim: hf-causal-lm-loss-fp32-vocabulary-gradient --> <!-- claim: fake-tensor-mode-allocates-no-storage -->
 
 # %%
 from zerolab.sizing import fit_ledger
@@ -694,12 +694,12 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 #   length (and with its square, unless the attention kernel keeps no scores).
 # - Full recomputation keeps only each layer's input, for one more forward pass of compute.
 # - "Will it fit" is the sum of model states, activations, buckets and allowances; `zerolab fit` adds them up
-#   for every setup and finds the largest micro-batch of each.
+#   for every setup and finds the largest micro-batch of each. <!-- claim: zero-does-not-partition-activations --> <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: checkpoint-keeps-only-each-layer-input --> <!-- claim: checkpoint-recomputes-each-layer-in-backward -->
 
-# %% [markdown] lang="zh" en="68085895287c"
+# %% [markdown] lang="zh" en="8aa0d43ebd0a"
 # - 激活值是按 GPU、按微批次计算的：ZeRO 不切分它们。它们随序列长度增长（如果注意力内核保存分数，还会随序列长度的平方增长）。
 # - 完全重计算只保存每一层的输入，代价是多一次前向计算。
-# - "放得下吗"看的是模型状态、激活值、桶和预留量的总和；`zerolab fit` 为每种配置把它们加起来，并找出每种配置的最大微批次。
+# - "放得下吗"看的是模型状态、激活值、桶和预留量的总和；`zerolab fit` 为每种配置把它们加起来，并找出每种配置的最大微批次。 <!-- claim: zero-does-not-partition-activations --> <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: checkpoint-keeps-only-each-layer-input --> <!-- claim: checkpoint-recomputes-each-layer-in-backward -->
 
 # %% [markdown]
 # ## Summary
@@ -731,7 +731,9 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 # ZeRO-1 and ZeRO-2 move the same volume per step as DDP (2Ψ: the gradients reduce-scattered, the parameters
 # gathered) and ZeRO-3 1.5 times as much. DeepSpeed 0.19.8's default ZeRO-1/2 all-reduce the gradient buckets and
 # then all-gather the parameters: 3Ψ, 1.5x DDP (lesson 03). ZeRO-3 also gathers the parameters again for every
-# forward and backward, in many smaller calls, so prefer ZeRO-2 when it fits.
+# forward and backward, in many smaller calls, so prefer ZeRO-2 when it fits. (From the second step on, DeepSpeed's
+# defaults for `stage3_max_reuse_distance` and `stage3_max_live_parameters` keep a small model gathered from forward
+# to backward: lesson 08.)
 #
 # **Q: Does ZeRO-1 cut memory by 75%?**
 # A: Only in the limit of many GPUs, and only the model states. On 8 GPUs it keeps much more than a quarter,
@@ -739,9 +741,9 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 #
 # **Q: Why does DeepSpeed's estimate differ from the paper's?**
 # A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
-# fp32 load peak on the host; and it prints GiB labelled "GB".
+# fp32 load peak on the host; and it prints GiB labelled "GB". <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-again-for-backward -->
 
-# %% [markdown] lang="zh" en="61a4b8b353f3"
+# %% [markdown] lang="zh" en="179298240615"
 # ## 小结
 #
 # - 混合精度 Adam 每个参数保存 2 + 2 + K 字节，K = 12（fp32 主权重、动量、方差）：共 16 字节，其中 16 位参数只占八分之一。DeepSpeed 0.18.3 及之后的版本还可以把主权重和两个动量都保存为 bf16（`bf16_master_weights_and_grads`、`bf16_optimizer_states`）：这时 K = 6，`zerolab estimate --precision bf16 --master bf16 --moments bf16` 会把它算进去。<!-- claim: bf16-master-and-moments-make-k-6 -->
@@ -759,13 +761,13 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 # 答：不对。52 GB 只是一个含 13B 个值的 fp32 张量。动量和方差是两个，fp32 主权重是第三个；用 `memory.estimate` 算一下（第 1 节）。
 #
 # **问：每个 ZeRO stage 各切分什么？显存紧张但网络较慢时，你会选哪个 stage？**
-# 答：Stage 1 切分优化器状态，stage 2 再切分梯度，stage 3 再切分参数。按论文的口径，ZeRO-1 和 ZeRO-2 每步的通信量与 DDP 相同（2Ψ：梯度做 reduce-scatter，参数做 all-gather），ZeRO-3 是它的 1.5 倍。DeepSpeed 0.19.8 默认的 ZeRO-1/2 先对梯度桶做 all-reduce，再 all-gather 参数：3Ψ，是 DDP 的 1.5 倍（第 03 课）。ZeRO-3 还要在每次前向和反向时重新 gather 参数，调用次数多、每次更小，所以放得下时优先选 ZeRO-2。
+# 答：Stage 1 切分优化器状态，stage 2 再切分梯度，stage 3 再切分参数。按论文的口径，ZeRO-1 和 ZeRO-2 每步的通信量与 DDP 相同（2Ψ：梯度做 reduce-scatter，参数做 all-gather），ZeRO-3 是它的 1.5 倍。DeepSpeed 0.19.8 默认的 ZeRO-1/2 先对梯度桶做 all-reduce，再 all-gather 参数：3Ψ，是 DDP 的 1.5 倍（第 03 课）。ZeRO-3 还要在每次前向和反向时重新 gather 参数，调用次数多、每次更小，所以放得下时优先选 ZeRO-2。（从第二步起，DeepSpeed 对 `stage3_max_reuse_distance` 和 `stage3_max_live_parameters` 的默认设置会让小模型从前向到反向一直保持 gather 状态：见第 08 课。）
 #
 # **问：ZeRO-1 能把显存降低 75% 吗？**
 # 答：只有在 GPU 数量很多的极限情况下才是，而且只针对模型状态。在 8 张 GPU 上，它保留的远多于四分之一，因为 fp16 参数和梯度仍在每张 GPU 上复制（第 3 节）。
 #
 # **问：为什么 DeepSpeed 的估算与论文不同？**
-# 答：它计入了一份 fp32 梯度分片（切分的部分是 18 字节而不是 14 字节），ZeRO-3 还计入最大的一层，主机端还计入 fp32 加载峰值；另外它打印的是标成 "GB" 的 GiB。
+# 答：它计入了一份 fp32 梯度分片（切分的部分是 18 字节而不是 14 字节），ZeRO-3 还计入最大的一层，主机端还计入 fp32 加载峰值；另外它打印的是标成 "GB" 的 GiB。 <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-again-for-backward -->
 
 # %% [markdown]
 # ## References
@@ -774,10 +776,10 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 #   arXiv:1910.02054 (section 3.1 for 2 + 2 + K bytes, section 5 and Figure 1 for the per-GPU figures, section 7 for
 #   communication volume).
 # - DeepSpeed 0.19.8's estimators: `estimate_zero2_model_states_mem_needs` in `deepspeed/runtime/zero/stage_1_and_2.py`
-#   and `estimate_zero3_model_states_mem_needs` in `deepspeed/runtime/zero/stage3.py`.
+#   and `estimate_zero3_model_states_mem_needs` in `deepspeed/runtime/zero/stage3.py`. <!-- claim: deepspeed-estimators-in-stage-modules -->
 
-# %% [markdown] lang="zh" en="4d959fa150de"
+# %% [markdown] lang="zh" en="1cbc4558319d"
 # ## 参考文献
 #
 # - Rajbhandari, Rasley, Ruwase, He: *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC'20, arXiv:1910.02054（第 3.1 节：2 + 2 + K 字节；第 5 节与图 1：每卡数字；第 7 节：通信量）。
-# - DeepSpeed 0.19.8 的估算函数：`deepspeed/runtime/zero/stage_1_and_2.py` 中的 `estimate_zero2_model_states_mem_needs`，以及 `deepspeed/runtime/zero/stage3.py` 中的 `estimate_zero3_model_states_mem_needs`。
+# - DeepSpeed 0.19.8 的估算函数：`deepspeed/runtime/zero/stage_1_and_2.py` 中的 `estimate_zero2_model_states_mem_needs`，以及 `deepspeed/runtime/zero/stage3.py` 中的 `estimate_zero3_model_states_mem_needs`。 <!-- claim: deepspeed-estimators-in-stage-modules -->

@@ -43,20 +43,22 @@ P13B = units.parse_count("13B")
 # `offload_optimizer: {"device": "cpu"}` (ZeRO-Offload) runs the optimizer step on the CPU. So the optimizer's
 # fp32 state (master weights, momentum, variance) lives in host RAM, and at every stage (ZeRO-1 too) the gradient
 # partition each GPU owns is copied to the host, where DeepSpeed keeps it as an **fp32** gradient partition for the
-# CPU optimizer to consume. <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> With gradient accumulation the host also holds 16-bit accumulation buffers (pinned by
-# default) that the breakdown below does not count. The GPU keeps the 16-bit parameters for
-# forward and backward. NVMe offload (ZeRO-Infinity) needs stage 3, and so does `offload_param`. Below stage 3,
-# DeepSpeed 0.19.8 accepts `device: "nvme"` for the optimizer and quietly treats it as CPU offload (its stage 1/2
-# optimizer in `stage_1_and_2.py` offloads to the CPU for any device but `none`): the state lands in host RAM.
+# CPU optimizer to consume. <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> At stage 2,
+# gradient accumulation adds 16-bit accumulation buffers on the host (pinned by default, one for each parameter
+# that overlaps the GPU's partition), which the breakdown below does not count; stage 1 reduces only at the
+# accumulation boundary and keeps none. The GPU keeps the 16-bit parameters for forward and backward. NVMe
+# offload (ZeRO-Infinity) needs stage 3, and so does `offload_param`. Below stage 3, DeepSpeed 0.19.8 accepts
+# `device: "nvme"` for the optimizer and quietly treats it as CPU offload (its stage 1/2 optimizer in
+# `stage_1_and_2.py` offloads to the CPU for any device but `none`): the state lands in host RAM.
 #
-# Below, for a 13B model on 8 GPUs: the totals, then what each part is and where it lives (paper accounting).
+# Below, for a 13B model on 8 GPUs: the totals, then what each part is and where it lives (paper accounting). <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: zero2-offload-host-accumulation-buffers --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: offload-param-ignored-below-stage-3 -->
 
-# %% [markdown] lang="zh" en="2cb921f54e12"
+# %% [markdown] lang="zh" en="779b6c8a3280"
 # ## 1. 什么被移到了主机上
 #
-# `offload_optimizer: {"device": "cpu"}`（ZeRO-Offload）在 CPU 上执行优化器步。因此优化器的 fp32 状态（主权重、动量、方差）存放在主机内存中；而且在任何 stage 下（ZeRO-1 也一样），每张 GPU 所负责的梯度分片都会被拷贝到主机，DeepSpeed 在主机上把它保存为 **fp32** 梯度分片，供 CPU 优化器使用。<!-- claim: offload-moves-the-gradient-partition-at-stage-1 -->使用梯度累积时，主机上还有 16 位的累积缓冲区（默认是锁页内存），下面的明细没有计入它们。GPU 上保留前向和反向传播所需的 16 位参数。NVMe 卸载（ZeRO-Infinity）需要 stage 3，`offload_param` 也一样。在 stage 3 以下，DeepSpeed 0.19.8 接受优化器的 `device: "nvme"`，但会悄悄把它当作 CPU 卸载处理（`stage_1_and_2.py` 中的 stage 1/2 优化器只要 device 不是 `none` 就卸载到 CPU）：状态最终落在主机内存里。
+# `offload_optimizer: {"device": "cpu"}`（ZeRO-Offload）在 CPU 上执行优化器步。因此优化器的 fp32 状态（主权重、动量、方差）存放在主机内存中；而且在任何 stage 下（ZeRO-1 也一样），每张 GPU 所负责的梯度分片都会被拷贝到主机，DeepSpeed 在主机上把它保存为 **fp32** 梯度分片，供 CPU 优化器使用。<!-- claim: offload-moves-the-gradient-partition-at-stage-1 -->在 stage 2 下，梯度累积还会在主机上增加 16 位的累积缓冲区（默认是锁页内存，与该 GPU 的分片有重叠的每个参数各一个），下面的明细没有计入它们；stage 1 只在累积边界上归约，没有这些缓冲区。GPU 上保留前向和反向传播所需的 16 位参数。NVMe 卸载（ZeRO-Infinity）需要 stage 3，`offload_param` 也一样。在 stage 3 以下，DeepSpeed 0.19.8 接受优化器的 `device: "nvme"`，但会悄悄把它当作 CPU 卸载处理（`stage_1_and_2.py` 中的 stage 1/2 优化器只要 device 不是 `none` 就卸载到 CPU）：状态最终落在主机内存里。
 #
-# 下面是 13B 模型在 8 张 GPU 上的情况：先是总量，然后是每一部分是什么、放在哪里（论文的口径）。
+# 下面是 13B 模型在 8 张 GPU 上的情况：先是总量，然后是每一部分是什么、放在哪里（论文的口径）。 <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: zero2-offload-host-accumulation-buffers --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: offload-param-ignored-below-stage-3 -->
 
 # %%
 for device in ("none", "cpu"):
@@ -135,12 +137,12 @@ for _params in (1_300_000_000, 70_000_000_001):
 # No source gives 29 GB. DeepSpeed's estimator says what stays on the GPU is the fp16 parameters; 29 GB could only
 # be that plus some buffers or activations, which no estimator counts. The claim also leaves out the bigger
 # number: **host RAM**. DeepSpeed's estimate counts every process building the model in fp32 at load time, times
-# its `additional_buffer_factor`:
+# its `additional_buffer_factor`: <!-- claim: zero2-estimator-offload-gpu-is-16-bit-params --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: torch-builds-modules-in-fp32 -->
 
-# %% [markdown] lang="zh" en="b10eefce621f"
+# %% [markdown] lang="zh" en="d503d4ac07e7"
 # ### 一个常见说法："ZeRO-2 + offload ≈ 29GB"（13B 模型）
 #
-# 没有任何来源给出过 29 GB。DeepSpeed 的估算函数说，留在 GPU 上的是 fp16 参数；29 GB 只能是这部分再加上一些缓冲区或激活值，而这些没有哪个估算函数会计入。这个说法还漏掉了更大的那个数字：**主机内存**。DeepSpeed 的估算计入了每个进程在加载时以 fp32 构建模型的开销，再乘以它的 `additional_buffer_factor`：
+# 没有任何来源给出过 29 GB。DeepSpeed 的估算函数说，留在 GPU 上的是 fp16 参数；29 GB 只能是这部分再加上一些缓冲区或激活值，而这些没有哪个估算函数会计入。这个说法还漏掉了更大的那个数字：**主机内存**。DeepSpeed 的估算计入了每个进程在加载时以 fp32 构建模型的开销，再乘以它的 `additional_buffer_factor`： <!-- claim: zero2-estimator-offload-gpu-is-16-bit-params --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: torch-builds-modules-in-fp32 -->
 
 # %%
 print(tr("DeepSpeed's default additional_buffer_factor:"), memory.DEFAULT_BUFFER_FACTOR)
@@ -160,14 +162,14 @@ for gpus in (1, 8):
 # Note "every GPU process in the job": DeepSpeed's code multiplies by the GPUs of **all** nodes although the figure
 # is per node (its docs say GPUs per node), so for several nodes it over-estimates each node's RAM. Reproduce the
 # code, not the docs. Hidden tests call DeepSpeed's `estimate_zero2_model_states_mem_needs` itself, so it (and
-# `memory.estimate`) is off limits in your cell: write the rule out.
+# `memory.estimate`) is off limits in your cell: write the rule out. <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: zero2-estimator-host-counts-every-nodes-gpus -->
 
-# %% [markdown] lang="zh" en="2e33a820fe16"
+# %% [markdown] lang="zh" en="cee17adff060"
 # ### 练习 2：DeepSpeed 的主机内存数字
 #
 # 编写 `deepspeed_host_gib(params, gpus_per_node, nodes)`：在开启 CPU 优化器卸载、使用默认缓冲系数（上面已打印）时，DeepSpeed 的 ZeRO-2 估算函数给出的每个节点的主机内存，单位为 GiB。它的规则是：取卸载的 fp32 状态（参数、梯度、动量、方差各 4 字节）与 fp32 加载峰值（作业中每个 GPU 进程每个参数 4 字节）两者中的较大者，再乘以缓冲系数。
 #
-# 注意"作业中每个 GPU 进程"：DeepSpeed 的代码乘的是**所有**节点的 GPU 数，尽管这个数字是按节点给出的（其文档写的是每个节点的 GPU 数），所以多节点时它会高估每个节点的内存。请复现代码的行为，而不是文档的说法。隐藏测试会直接调用 DeepSpeed 的 `estimate_zero2_model_states_mem_needs`，所以你的单元格里不能使用它（以及 `memory.estimate`）：请把规则自己写出来。
+# 注意"作业中每个 GPU 进程"：DeepSpeed 的代码乘的是**所有**节点的 GPU 数，尽管这个数字是按节点给出的（其文档写的是每个节点的 GPU 数），所以多节点时它会高估每个节点的内存。请复现代码的行为，而不是文档的说法。隐藏测试会直接调用 DeepSpeed 的 `estimate_zero2_model_states_mem_needs`，所以你的单元格里不能使用它（以及 `memory.estimate`）：请把规则自己写出来。 <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: zero2-estimator-host-counts-every-nodes-gpus -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_deepspeed_host_gib", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def deepspeed_host_gib(params, gpus_per_node, nodes):
@@ -224,12 +226,12 @@ for _params in (350_000_000, 6_700_000_001):
 # 16-bit parameter partition comes back (then ZeRO-2's all-gather shares it with the other GPUs). ZeRO-2 reduces
 # gradients on **every micro-step**, so with gradient accumulation each micro-step also sends the 16-bit gradients
 # to a host accumulation buffer, and from the second micro-step on that buffer first comes back to the GPU to be
-# added to. <!-- claim: zero2-offload-pcie-each-step -->
+# added to. <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero2-offload-all-gathers-the-updated-partition --> <!-- claim: offload-builds-deepspeed-cpu-adam -->
 
-# %% [markdown] lang="zh" en="d081331441d2"
+# %% [markdown] lang="zh" en="1c266dd7bdeb"
 # ## 2. 每步经过 PCIe 传输什么
 #
-# 按 DeepSpeed 0.19.8 的口径（读自 `stage_1_and_2.py`，并由 `zerolab.run.meter` 在实际运行中实测，见第 06 课）：使用 ZeRO-2 加 CPU 卸载时，在梯度累积边界上，每张 GPU **在 GPU 上**把归约后的梯度分片转换为 **fp32**，再拷贝到主机（每个值 4 字节），CPU 执行 Adam，然后更新后的 16 位参数分片传回来（随后由 ZeRO-2 的 all-gather 分发给其他 GPU）。ZeRO-2 在**每个微步**（micro-step）都会归约梯度，所以使用梯度累积时，每个微步还要把 16 位梯度发送到主机上的累积缓冲区；从第二个微步开始，这个缓冲区要先传回 GPU，再在其上累加。<!-- claim: zero2-offload-pcie-each-step -->
+# 按 DeepSpeed 0.19.8 的口径（读自 `stage_1_and_2.py`，并由 `zerolab.run.meter` 在实际运行中实测，见第 06 课）：使用 ZeRO-2 加 CPU 卸载时，在梯度累积边界上，每张 GPU **在 GPU 上**把归约后的梯度分片转换为 **fp32**，再拷贝到主机（每个值 4 字节），CPU 执行 Adam，然后更新后的 16 位参数分片传回来（随后由 ZeRO-2 的 all-gather 分发给其他 GPU）。ZeRO-2 在**每个微步**（micro-step）都会归约梯度，所以使用梯度累积时，每个微步还要把 16 位梯度发送到主机上的累积缓冲区；从第二个微步开始，这个缓冲区要先传回 GPU，再在其上累加。<!-- claim: zero2-offload-pcie-each-step --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero2-offload-all-gathers-the-updated-partition --> <!-- claim: offload-builds-deepspeed-cpu-adam -->
 
 # %%
 for grad_accum in (1, 4, 16):
@@ -452,12 +454,12 @@ for compute_s in (0.5, 8.0):
 # `DS_PIN_MEMORY_BACKEND=native` pins just the size asked). And pinned pages cannot be swapped out: on hosts with
 # little RAM (Colab, WSL2) or a tight `ulimit -l` they are a common cause of the process being killed (exit code
 # -9). There, set `"pin_memory": false` explicitly, or keep more on the GPU.
-# <!-- claim: offload-pin-memory-defaults-true -->
+# <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: native-pin-backend-pins-the-size-asked -->
 
-# %% [markdown] lang="zh" en="cba754cfdf92"
+# %% [markdown] lang="zh" en="036301911acd"
 # ## 4. pin_memory
 #
-# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页不会多出一份拷贝：被锁页的就是上面计入的那些缓冲区。<!-- claim: pinned-buffers-round-to-a-power-of-two -->但在 DeepSpeed 的默认路径上，这些缓冲区来自 torch 的锁页内存分配器，它会把每一块向上取整到 2 的幂：一个 6.5 GB 的梯度分片要占 8.6 GB 内存（`zerolab fit` 计入了这一点；`DS_PIN_MEMORY_BACKEND=native` 则只锁定所请求的大小）。而且锁页内存不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。 <!-- claim: offload-pin-memory-defaults-true -->
+# `offload_optimizer.pin_memory` 把主机缓冲区设为锁页内存，这样 GPU 与主机之间的拷贝就能以满带宽异步进行，并与计算重叠。在 DeepSpeed 0.19.8 中它默认为 **true**；直到 PR #8207（2026 年 8 月）之前它默认是 false，所以较早的教程会让你手动打开它。锁页不会多出一份拷贝：被锁页的就是上面计入的那些缓冲区。<!-- claim: pinned-buffers-round-to-a-power-of-two -->但在 DeepSpeed 的默认路径上，这些缓冲区来自 torch 的锁页内存分配器，它会把每一块向上取整到 2 的幂：一个 6.5 GB 的梯度分片要占 8.6 GB 内存（`zerolab fit` 计入了这一点；`DS_PIN_MEMORY_BACKEND=native` 则只锁定所请求的大小）。而且锁页内存不能被换出：在内存较小的主机（Colab、WSL2）上，或者 `ulimit -l` 较紧时，它是进程被杀掉（退出码 -9）的常见原因。这时请显式设置 `"pin_memory": false`，或者在 GPU 上多保留一些。 <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: native-pin-backend-pins-the-size-asked -->
 
 # %% [markdown]
 # ## Summary
@@ -493,9 +495,9 @@ for compute_s in (0.5, 8.0):
 #
 # **Q: When would you pick NVMe offload?**
 # A: When host RAM cannot hold the optimizer state (or the parameters): it needs ZeRO-3 (ZeRO-Infinity) and fast
-# NVMe, and trades host RAM for much slower storage traffic.
+# NVMe, and trades host RAM for much slower storage traffic. <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: pinned-buffers-round-to-a-power-of-two --> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: torch-builds-modules-in-fp32 -->
 
-# %% [markdown] lang="zh" en="d625407d7244"
+# %% [markdown] lang="zh" en="330455732c42"
 # ## 小结
 #
 # - ZeRO-Offload 把 fp32 优化器状态（以及梯度分片：每个 stage 都是，ZeRO-1 也一样）移到主机内存，并在 CPU 上执行 Adam；GPU 保留 16 位参数。NVMe 卸载和参数卸载需要 ZeRO-3。
@@ -519,4 +521,4 @@ for compute_s in (0.5, 8.0):
 # 答：不存在固定的倍数。它取决于 batch 大小（每步的计算量）、PCIe 代数、是否使用锁页内存以及 CPU 核数；DeepSpeed 在自己的基准测试中报告的是具有竞争力的吞吐量。
 #
 # **问：什么时候会选择 NVMe 卸载？**
-# 答：当主机内存放不下优化器状态（或参数）时：它需要 ZeRO-3（ZeRO-Infinity）和高速 NVMe，用慢得多的存储流量换取主机内存。
+# 答：当主机内存放不下优化器状态（或参数）时：它需要 ZeRO-3（ZeRO-Infinity）和高速 NVMe，用慢得多的存储流量换取主机内存。 <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: pinned-buffers-round-to-a-power-of-two --> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: torch-builds-modules-in-fp32 -->

@@ -48,10 +48,12 @@ P13B = units.parse_count("13B")
 # - ZeRO-3 gathers the parameters for forward and again for backward, and reduce-scatters the gradients: 3Ψ.
 #
 # Gradient accumulation changes this differently per stage. DDP and ZeRO-1 reduce only at the accumulation
-# boundary. ZeRO-2 and ZeRO-3 reduce on **every micro-step** (DeepSpeed's engine: "ZeRO stage >= 2 communicates
-# during non gradient accumulation boundaries as well"), and ZeRO-3 also gathers parameters on every micro-step.
+# boundary (DeepSpeed's stages 0 and 1 do so by themselves; PyTorch's `DistributedDataParallel` all-reduces in every
+# backward unless the micro-steps before the boundary run inside its `no_sync()`). ZeRO-2 and ZeRO-3 reduce on
+# **every micro-step** (DeepSpeed's engine: "ZeRO stage >= 2 communicates during non gradient accumulation
+# boundaries as well"), and ZeRO-3 also gathers parameters on every micro-step. <!-- claim: stage0-1-reduce-at-the-boundary-torch-ddp-needs-no-sync --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero3-communicates-every-micro-step -->
 
-# %% [markdown] lang="zh" en="ee3fe4cc33b1"
+# %% [markdown] lang="zh" en="3a64f1296306"
 # ## 1. 每步通信量：以参数量 Ψ 为单位
 #
 # 论文统计的是每步搬运的元素个数。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather，各搬运 Ψ。
@@ -60,7 +62,7 @@ P13B = units.parse_count("13B")
 # - ZeRO-1 和 ZeRO-2 把梯度 reduce-scatter 到各自的持有者（Ψ），再 all-gather 更新后的参数（Ψ）：同样是 2Ψ，用论文的原话说，与基线数据并行“完全相同”（“exactly the same as the baseline DP”）。
 # - ZeRO-3 在前向时 gather 一遍参数，反向时再 gather 一遍，并对梯度做 reduce-scatter：3Ψ。
 #
-# 梯度累积对各个 stage 的影响各不相同。DDP 和 ZeRO-1 只在累积边界处归约梯度。ZeRO-2 和 ZeRO-3 在**每个微步（micro-step）** 都要归约（DeepSpeed 引擎源码中的注释：“ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well”），ZeRO-3 还会在每个微步都 gather 参数。
+# 梯度累积对各个 stage 的影响各不相同。DDP 和 ZeRO-1 只在累积边界处归约梯度（DeepSpeed 的 stage 0 和 stage 1 自己就是这样做的；PyTorch 的 `DistributedDataParallel` 则在每次反向传播中都做 all-reduce，除非把边界之前的那些微步放在它的 `no_sync()` 里运行）。ZeRO-2 和 ZeRO-3 在**每个微步（micro-step）** 都要归约（DeepSpeed 引擎源码中的注释：“ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well”），ZeRO-3 还会在每个微步都 gather 参数。 <!-- claim: stage0-1-reduce-at-the-boundary-torch-ddp-needs-no-sync --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero3-communicates-every-micro-step -->
 
 # %%
 for grad_accum in (1, 4):
@@ -206,16 +208,16 @@ _earlier.note()
 #
 # ### A common claim: "ZeRO-2 does one reduce-scatter per step"
 #
-# It reduces once per bucket, and on every micro-step:
+# It reduces once per bucket, and on every micro-step: <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero12-one-all-gather-per-param-group --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: bucket-sizes-count-elements --> <!-- claim: zero2-reduces-gradients-every-micro-step -->
 
-# %% [markdown] lang="zh" en="67ff03093d39"
+# %% [markdown] lang="zh" en="bb77c5779363"
 # ## 3. 分桶：要调用多少次
 #
 # DeepSpeed 不会一次调用就归约全部梯度。反向传播边算边产生梯度，DeepSpeed 把它们填进一个容量为 `reduce_bucket_size` 个元素的桶，填满就归约，再填下一个。优化器步之后，ZeRO-1/2 对每个参数组调用一次 `all_gather_into_tensor`，收集更新后的参数：只有当 torch 没有这个调用、走旧代码路径时，`allgather_bucket_size` 才起作用（见 DeepSpeed `runtime/utils.py` 中的 `all_gather_dp_groups`）。ZeRO-3 按子模块 gather 参数，并把预取合并成不超过 `stage3_prefetch_bucket_size` 的批次。桶大小的单位是**元素个数**，不是字节。
 #
 # ### 常见说法：“ZeRO-2 每步只做一次 reduce-scatter”
 #
-# 实际上它每个桶归约一次，而且每个微步都要做：
+# 实际上它每个桶归约一次，而且每个微步都要做： <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero12-one-all-gather-per-param-group --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: bucket-sizes-count-elements --> <!-- claim: zero2-reduces-gradients-every-micro-step -->
 
 # %%
 for grad_accum in (1, 4):
@@ -231,10 +233,10 @@ for grad_accum in (1, 4):
 # all-reduce is a reduce-scatter plus an all-gather (section 1), so on the wire DeepSpeed's default moves more for the
 # gradients than the paper's figure. The bucket count is the same either way. `comm.traffic(...,
 # bucket_allreduce=True)` counts what DeepSpeed's default does (the course's tests check it against the collectives
-# a real two-rank run calls): <!-- claim: zero12-reduce-buckets-by-all-reduce -->
+# a real two-rank run calls): <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero12-owner-reduce-without-bucket-allreduce -->
 
-# %% [markdown] lang="zh" en="30f3e81235c5"
-# zerolab 和论文一样，把每个桶的归约记作一次 reduce-scatter。DeepSpeed 0.19.8 并不是真的调用 `reduce_scatter`：在默认的 `use_multi_rank_bucket_allreduce: true` 下，它对每个桶做 **all-reduce**（`stage_1_and_2.py` 中的 `average_tensor`）；设为 `false` 时，它把每个切片 `reduce` 到持有该分片的 rank 上。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather（见第 1 节），所以就线上传输而言，DeepSpeed 默认设置下梯度部分的通信量比论文的数字多。两种方式下桶的个数都一样。`comm.traffic(..., bucket_allreduce=True)` 统计的是 DeepSpeed 默认设置的实际做法（课程的测试会拿它与一次真实的两 rank 运行所调用的集合通信核对）： <!-- claim: zero12-reduce-buckets-by-all-reduce -->
+# %% [markdown] lang="zh" en="4f5ca82e21ce"
+# zerolab 和论文一样，把每个桶的归约记作一次 reduce-scatter。DeepSpeed 0.19.8 并不是真的调用 `reduce_scatter`：在默认的 `use_multi_rank_bucket_allreduce: true` 下，它对每个桶做 **all-reduce**（`stage_1_and_2.py` 中的 `average_tensor`）；设为 `false` 时，它把每个切片 `reduce` 到持有该分片的 rank 上。一次 all-reduce 相当于一次 reduce-scatter 加一次 all-gather（见第 1 节），所以就线上传输而言，DeepSpeed 默认设置下梯度部分的通信量比论文的数字多。两种方式下桶的个数都一样。`comm.traffic(..., bucket_allreduce=True)` 统计的是 DeepSpeed 默认设置的实际做法（课程的测试会拿它与一次真实的两 rank 运行所调用的集合通信核对）： <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero12-owner-reduce-without-bucket-allreduce -->
 
 # %%
 for stage in (1, 2):
@@ -252,12 +254,12 @@ for stage in (1, 2):
 # coalesces prefetches into `stage3_prefetch_bucket_size` buckets, keeps small parameters resident
 # (`stage3_param_persistence_threshold`) and repeats all of it on every micro-step. zerolab's count assumes full
 # prefetch buckets, so it is a rough figure, not a bound either way: the prefetch loop adds whole parameters to a
-# fetch (`partitioned_param_coordinator.py`), and one parameter larger than the bucket is still one call:
+# fetch (`partitioned_param_coordinator.py`), and one parameter larger than the bucket is still one call: <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: stage3-small-parameters-stay-whole --> <!-- claim: zero3-communicates-every-micro-step --> <!-- claim: zero3-prefetch-adds-whole-parameters -->
 
-# %% [markdown] lang="zh" en="e1bb016606a8"
+# %% [markdown] lang="zh" en="684c6cee4ef9"
 # ### 常见说法：“40 层的模型，ZeRO-3 每步要通信 80 次”
 #
-# 论文统计的是通信量，不是调用次数：每步 3Ψ。“每层 gather 两次”漏掉了梯度的 reduce-scatter，而且实际调用次数取决于实现：DeepSpeed 按子模块 gather 参数，把预取合并进 `stage3_prefetch_bucket_size` 大小的桶，让小参数常驻显存（`stage3_param_persistence_threshold`），并且在每个微步都把这些重复一遍。zerolab 的计数假设预取桶都是满的，所以它只是一个粗略的数字，既不是上界也不是下界：预取循环以整个参数为单位加入一次获取（`partitioned_param_coordinator.py`），而一个比桶还大的参数也仍然只是一次调用：
+# 论文统计的是通信量，不是调用次数：每步 3Ψ。“每层 gather 两次”漏掉了梯度的 reduce-scatter，而且实际调用次数取决于实现：DeepSpeed 按子模块 gather 参数，把预取合并进 `stage3_prefetch_bucket_size` 大小的桶，让小参数常驻显存（`stage3_param_persistence_threshold`），并且在每个微步都把这些重复一遍。zerolab 的计数假设预取桶都是满的，所以它只是一个粗略的数字，既不是上界也不是下界：预取循环以整个参数为单位加入一次获取（`partitioned_param_coordinator.py`），而一个比桶还大的参数也仍然只是一次调用： <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: stage3-small-parameters-stay-whole --> <!-- claim: zero3-communicates-every-micro-step --> <!-- claim: zero3-prefetch-adds-whole-parameters -->
 
 # %%
 t3 = comm.traffic(P13B, 3, 8)
@@ -272,12 +274,12 @@ for c in t3.collectives:
 # optimizer step, as an `int` (a partly filled last bucket is still a call), for gradients that fill the buckets
 # exactly. Real layers do not: DeepSpeed flushes a bucket when the next parameter would overflow it
 # (`reduce_independent_p_g_buckets_and_remove_grads` in `stage_1_and_2.py`), so this count is a lower bound for a
-# real model. Hidden tests compare with `comm.traffic`, so `comm.traffic` is off limits in your cell (the test gives 0 if it is used): work it out yourself.
+# real model. Hidden tests compare with `comm.traffic`, so `comm.traffic` is off limits in your cell (the test gives 0 if it is used): work it out yourself. <!-- claim: zero2-reduces-buckets-during-backward -->
 
-# %% [markdown] lang="zh" en="10e669682ef3"
+# %% [markdown] lang="zh" en="b88b6e18a4c1"
 # ### 练习 3：梯度归约的调用次数
 #
-# 编写 `reduce_calls(params, grad_accum, reduce_bucket_size)`：假设梯度恰好把桶填满，求 ZeRO-2 每个优化器步调用多少次梯度归约，返回 `int`（最后一个没填满的桶也算一次调用）。真实的层做不到恰好填满：当下一个参数放进去会让桶溢出时，DeepSpeed 就先把当前的桶归约掉（`stage_1_and_2.py` 中的 `reduce_independent_p_g_buckets_and_remove_grads`），所以对真实模型而言，这个次数是一个下界。隐藏测试会把它与 `comm.traffic` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。
+# 编写 `reduce_calls(params, grad_accum, reduce_bucket_size)`：假设梯度恰好把桶填满，求 ZeRO-2 每个优化器步调用多少次梯度归约，返回 `int`（最后一个没填满的桶也算一次调用）。真实的层做不到恰好填满：当下一个参数放进去会让桶溢出时，DeepSpeed 就先把当前的桶归约掉（`stage_1_and_2.py` 中的 `reduce_independent_p_g_buckets_and_remove_grads`），所以对真实模型而言，这个次数是一个下界。隐藏测试会把它与 `comm.traffic` 比较，所以你的单元格里不能使用 `comm.traffic`（用了，测试给 0 分）：请自己推算。 <!-- claim: zero2-reduces-buckets-during-backward -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_reduce_calls", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def reduce_calls(params, grad_accum, reduce_bucket_size):
@@ -322,9 +324,9 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # while the next fills. In ZeRO-3 it does something else: it moves the gradient reduce-scatter and the parameter
 # all-gathers to side streams (`stage3.py`, `zero/parameter_offload.py`). The default is false for stages 1-2 and
 # true for stage 3 (DeepSpeed's docs table still says false).
-# <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: overlap-comm-default-by-stage -->
+# <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: overlap-comm-default-by-stage --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: zero3-overlap-comm-uses-side-streams -->
 
-# %% [markdown] lang="zh" en="a1c4238275a3"
+# %% [markdown] lang="zh" en="f06f94147df4"
 # ## 4. overlap_comm：它隐藏了什么
 #
 # `overlap_comm: true` 让反向传播还在计算后面的梯度时，就开始归约已经填满的梯度桶，把通信藏在计算后面。它隐藏不了：
@@ -333,18 +335,18 @@ for _params, _bucket in ((13_000_000_000, 500_000_000), (1_300_000_001, 200_000_
 # - 优化器步之后对更新参数的 all-gather（ZeRO-1/2）：此时已经没有计算可以掩盖它；
 # - 比同时进行的计算还长的那部分通信。
 #
-# 在 ZeRO-1/2 中它要占用显存：多一个 `reduce_bucket_size` 个元素的桶缓冲区，这样一个桶在归约的同时，下一个桶可以继续填充。在 ZeRO-3 中它做的是另一件事：把梯度的 reduce-scatter 和参数的 all-gather 放到单独的 CUDA 流（side stream）上（`stage3.py`、`zero/parameter_offload.py`）。默认值：stage 1-2 为 false，stage 3 为 true（DeepSpeed 文档的表格里仍写着 false）。<!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: overlap-comm-default-by-stage -->
+# 在 ZeRO-1/2 中它要占用显存：多一个 `reduce_bucket_size` 个元素的桶缓冲区，这样一个桶在归约的同时，下一个桶可以继续填充。在 ZeRO-3 中它做的是另一件事：把梯度的 reduce-scatter 和参数的 all-gather 放到单独的 CUDA 流（side stream）上（`stage3.py`、`zero/parameter_offload.py`）。默认值：stage 1-2 为 false，stage 3 为 true（DeepSpeed 文档的表格里仍写着 false）。<!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: overlap-comm-default-by-stage --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: zero3-overlap-comm-uses-side-streams -->
 
 # %% [markdown]
 # ### A common claim: "overlap_comm uses 4.5x the bucket sizes, 9GB at the defaults"
 #
 # It comes from the Hugging Face DeepSpeed guide, and from a multiplier that DeepSpeed deleted in 2021 (commit
-# cfa63f5). What ZeRO-1/2 allocates in 0.19.8 for gradient buckets at the default size, in fp16:
+# cfa63f5). What ZeRO-1/2 allocates in 0.19.8 for gradient buckets at the default size, in fp16: <!-- claim: zero12-bucket-buffers-no-4-5x -->
 
-# %% [markdown] lang="zh" en="0e3d32909f2c"
+# %% [markdown] lang="zh" en="6bf2b2f8ad9a"
 # ### 常见说法：“overlap_comm 占用桶大小的 4.5 倍，默认设置下是 9GB”
 #
-# 这个说法来自 Hugging Face 的 DeepSpeed 指南，依据的是 DeepSpeed 在 2021 年就已删除的一个系数（commit cfa63f5）。下面是 0.19.8 中 ZeRO-1/2 在默认桶大小、fp16 下为梯度桶实际分配的大小：
+# 这个说法来自 Hugging Face 的 DeepSpeed 指南，依据的是 DeepSpeed 在 2021 年就已删除的一个系数（commit cfa63f5）。下面是 0.19.8 中 ZeRO-1/2 在默认桶大小、fp16 下为梯度桶实际分配的大小： <!-- claim: zero12-bucket-buffers-no-4-5x -->
 
 # %%
 for overlap in (False, True):
@@ -419,9 +421,9 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # **Q: How would you reduce exposed communication on a slow network?**
 # A: Enable `overlap_comm`, use larger micro-batches (more compute per step), prefer ZeRO-2 over ZeRO-3 when memory
 # allows, tune bucket sizes, or, if you run ZeRO-3, look at ZeRO++'s quantized and hierarchical collectives (qwZ,
-# hpZ, qgZ apply to ZeRO-3 only: the stage 1/2 optimizer never reads those keys).
+# hpZ, qgZ apply to ZeRO-3 only: the stage 1/2 optimizer never reads those keys). <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero3-communicates-every-micro-step --> <!-- claim: stage0-1-reduce-at-the-boundary-torch-ddp-needs-no-sync --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: zero3-overlap-comm-uses-side-streams --> <!-- claim: zeropp-keys-read-by-stage-3-only -->
 
-# %% [markdown] lang="zh" en="d4b76e06a1d1"
+# %% [markdown] lang="zh" en="63356493294d"
 # ## 小结
 #
 # - 每步的通信量，按论文的口径，DDP、ZeRO-1 和 ZeRO-2 是 2Ψ 个元素，ZeRO-3 是 3Ψ（DeepSpeed 0.19.8 默认对 ZeRO-1/2 的梯度桶做 all-reduce，搬运得更多）；使用梯度累积时，ZeRO-2 和 ZeRO-3 在每个微步都通信，DDP 和 ZeRO-1 只在累积边界通信。
@@ -444,4 +446,4 @@ for compute_s in (0.25, 1.0, 4.0, 16.0):
 # 答：在 ZeRO-1/2 中，代价是 GPU 上多一个桶缓冲区（在 ZeRO-3 中，它的作用变成把 reduce-scatter 和 gather 放到单独的 CUDA 流上）。当计算远短于通信（没有计算可以用来掩盖）或远长于通信（没有值得隐藏的通信）时，它帮不上忙；而且它永远藏不住最后一个桶，也藏不住优化器步之后的参数 all-gather。
 #
 # **问：在慢速网络上，如何减少暴露在外的通信时间？**
-# 答：开启 `overlap_comm`；用更大的微批次（micro-batch），让每步有更多计算；显存允许时优先选 ZeRO-2 而不是 ZeRO-3；调整桶大小；如果用的是 ZeRO-3，可以考虑 ZeRO++ 的量化和分层集合通信（qwZ、hpZ、qgZ 只作用于 ZeRO-3：stage 1/2 的优化器根本不读取这些配置项）。
+# 答：开启 `overlap_comm`；用更大的微批次（micro-batch），让每步有更多计算；显存允许时优先选 ZeRO-2 而不是 ZeRO-3；调整桶大小；如果用的是 ZeRO-3，可以考虑 ZeRO++ 的量化和分层集合通信（qwZ、hpZ、qgZ 只作用于 ZeRO-3：stage 1/2 的优化器根本不读取这些配置项）。 <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero3-communicates-every-micro-step --> <!-- claim: stage0-1-reduce-at-the-boundary-torch-ddp-needs-no-sync --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: zero3-overlap-comm-uses-side-streams --> <!-- claim: zeropp-keys-read-by-stage-3-only -->

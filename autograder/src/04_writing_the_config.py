@@ -25,9 +25,9 @@
 #
 # There are four graded exercises. Each is followed by a test cell. The visible asserts give you instant
 # feedback; **hidden tests** run when your notebook is graded: they feed your answer to DeepSpeed's own config
-# classes, check that it is made of plain JSON values, and try more inputs.
+# classes, check that it is made of plain JSON values, and try more inputs. <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: batch-world-size-is-data-parallel -->
 
-# %% [markdown] lang="zh" en="e1c26c623427"
+# %% [markdown] lang="zh" en="c0e20a5ba395"
 # ## 学习目标
 #
 # 学完本课，你将能够：
@@ -39,7 +39,7 @@
 # - 把配置改成带参数卸载的 ZeRO-3 配置；
 # - 用 zerolab 预测这份配置每张 GPU 需要的显存，并纠正流传甚广的数字。
 #
-# 本课共有四个计分练习，每个练习后面都跟着一个测试单元格。可见的 assert 会立即给你反馈；**隐藏测试**在你的 notebook 评分时运行：它们把你的答案交给 DeepSpeed 自己的配置类，检查它是否只由普通的 JSON 值组成，并尝试更多输入。
+# 本课共有四个计分练习，每个练习后面都跟着一个测试单元格。可见的 assert 会立即给你反馈；**隐藏测试**在你的 notebook 评分时运行：它们把你的答案交给 DeepSpeed 自己的配置类，检查它是否只由普通的 JSON 值组成，并尝试更多输入。 <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: batch-world-size-is-data-parallel -->
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import copy
@@ -67,9 +67,10 @@ from zerolab.base.i18n import tr
 #   optimizer is offloaded to the CPU, an `Adam`/`AdamW` entry becomes `DeepSpeedCPUAdam`, a C++ Adam that runs on
 #   the host (it is compiled the first time it is used).
 # - `fp16`: 16-bit training with **dynamic loss scaling**. `loss_scale: 0` means dynamic. The scale starts at
-#   2 to the power `initial_scale_power`. When a step overflows, the step is skipped; after `hysteresis`
-#   overflows the scale is halved, never below `min_loss_scale` (at the floor DeepSpeed stops the run with
-#   "Current loss scale already at minimum"). After `loss_scale_window` clean steps the scale doubles.
+#   2 to the power `initial_scale_power`. When a step overflows, the step is skipped; the `hysteresis`-th
+#   overflow halves the scale (and so does every further one until the scale next doubles), never below
+#   `min_loss_scale` (at the floor DeepSpeed stops the run with "Current loss scale already at minimum"). After
+#   `loss_scale_window` clean steps in a row, the next clean step doubles the scale and restores the hysteresis.
 # - `train_batch_size`, `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`: the global batch, the batch
 #   one GPU runs forward and backward at a time, and how many of those micro-steps are summed before one optimizer
 #   step. DeepSpeed insists that the first equals the product of the other two and the number of data-parallel GPUs.
@@ -84,15 +85,15 @@ from zerolab.base.i18n import tr
 #   runs the optimizer step there; `pin_memory: true` page-locks that host memory so copies to and from the GPU
 #   are asynchronous and run at full PCIe speed (lesson 02).
 #
-# What does DeepSpeed 0.19.8 use when a field is missing? Ask its own config classes:
+# What does DeepSpeed 0.19.8 use when a field is missing? Ask its own config classes: <!-- claim: optimizer-built-from-the-config-block --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: cpu-adam-compiled-on-first-use --> <!-- claim: fp16-loss-scale-zero-is-dynamic --> <!-- claim: bf16-trains-without-loss-scaling --> <!-- claim: fp16-scale-starts-at-2-to-the-initial-scale-power --> <!-- claim: fp16-overflow-skips-the-step --> <!-- claim: fp16-hysteresis-then-halving-to-the-floor --> <!-- claim: fp16-scale-doubles-after-the-window --> <!-- claim: accumulation-steps-make-one-optimizer-step --> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: contiguous-gradients-copy-into-the-bucket --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-pin-memory-pins-the-host-buffers -->
 
-# %% [markdown] lang="zh" en="9d901ac3eaf8"
+# %% [markdown] lang="zh" en="bdb8f83b97dd"
 # ## 骨架中的字段
 #
 # 下面这份配置是许多 DeepSpeed 教程共用的骨架。在填写之前，先看看已经给出的每个字段是做什么的。
 #
 # - `optimizer`：AdamW 及其超参数。DeepSpeed 根据这个块自己构建优化器。当优化器被卸载到 CPU 时，`Adam`/`AdamW` 会换成 `DeepSpeedCPUAdam`，这是一个在主机上运行的 C++ 版 Adam（首次使用时才编译）。
-# - `fp16`：带**动态损失缩放**的 16 位训练。`loss_scale: 0` 表示动态缩放。缩放因子的初始值是 2 的 `initial_scale_power` 次方。某一步出现溢出时，这一步会被跳过；累计 `hysteresis` 次溢出后缩放因子减半，但不会低于 `min_loss_scale`（到了下限，DeepSpeed 会报 "Current loss scale already at minimum" 并终止训练）。连续 `loss_scale_window` 步没有溢出后，缩放因子翻倍。
+# - `fp16`：带**动态损失缩放**的 16 位训练。`loss_scale: 0` 表示动态缩放。缩放因子的初始值是 2 的 `initial_scale_power` 次方。某一步出现溢出时，这一步会被跳过；第 `hysteresis` 次溢出时缩放因子减半（此后每次溢出都会再减半，直到缩放因子下一次翻倍），但不会低于 `min_loss_scale`（到了下限，DeepSpeed 会报 "Current loss scale already at minimum" 并终止训练）。连续 `loss_scale_window` 步没有溢出之后，下一个没有溢出的步会让缩放因子翻倍，并恢复 `hysteresis` 计数。
 # - `train_batch_size`、`train_micro_batch_size_per_gpu`、`gradient_accumulation_steps`：全局批大小；单张 GPU 一次前向、反向处理的批大小；以及一次优化器步之前累加多少个这样的微步。DeepSpeed 要求第一个等于后两个与数据并行 GPU 数的乘积。
 # - `zero_optimization.contiguous_gradients`：梯度一产生就复制到一块预先分配好的连续缓冲区里，避免显存碎片化（即论文中的 “M_D”）。
 #
@@ -102,7 +103,7 @@ from zerolab.base.i18n import tr
 # - `overlap_comm`：在反向传播继续计算的同时，在单独的 CUDA 流上归约梯度桶（第 03 课）。
 # - `offload_optimizer`：`device: "cpu"` 把 fp32 主权重、梯度和 Adam 的动量放在主机内存中，并在那里执行优化器步；`pin_memory: true` 把这块主机内存锁页，使得与 GPU 之间的拷贝可以异步进行，并跑满 PCIe 带宽（第 02 课）。
 #
-# 字段缺省时，DeepSpeed 0.19.8 用的是什么值？问它自己的配置类：
+# 字段缺省时，DeepSpeed 0.19.8 用的是什么值？问它自己的配置类： <!-- claim: optimizer-built-from-the-config-block --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: cpu-adam-compiled-on-first-use --> <!-- claim: fp16-loss-scale-zero-is-dynamic --> <!-- claim: bf16-trains-without-loss-scaling --> <!-- claim: fp16-scale-starts-at-2-to-the-initial-scale-power --> <!-- claim: fp16-overflow-skips-the-step --> <!-- claim: fp16-hysteresis-then-halving-to-the-floor --> <!-- claim: fp16-scale-doubles-after-the-window --> <!-- claim: accumulation-steps-make-one-optimizer-step --> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: contiguous-gradients-copy-into-the-bucket --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-pin-memory-pins-the-host-buffers -->
 
 # %%
 for stage in (1, 2, 3):
@@ -123,15 +124,15 @@ print(tr("offload_param.pin_memory default:    "), DeepSpeedZeroOffloadParamConf
 #   paged out. Writing it explicitly, as the exercise asks, makes the config mean the same on every version.
 #
 # Note also that the bucket sizes count **elements**, not bytes.
-# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true -->
+# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: bucket-sizes-count-elements -->
 
-# %% [markdown] lang="zh" en="1a0297f68d1d"
+# %% [markdown] lang="zh" en="298f16859195"
 # 有两个默认值，很多教程都写错了：
 #
 # - **`overlap_comm` 的默认值取决于 stage**：stage 0 到 2 默认关闭，stage 3 默认开启（你省略它时，`deepspeed/runtime/zero/config.py` 中的一个校验器会把它设为 `stage == 3`）。文档的表格仍然写着 `false`。用 ZeRO-2 时，你得自己把它打开。
 # - **`pin_memory` 现在默认为 true**（来自 DeepSpeed 2026 年的一次修改，见参考资料）。旧教程说你必须手动打开它；而在 0.19.8 中，在内存很小的主机上（比如免费版 Colab）你反而必须把它*关掉*，因为锁页内存不能被换出。按练习的要求显式写出这个字段，能让配置在所有版本上含义一致。
 #
-# 还要注意，桶大小的单位是**元素个数**，不是字节。 <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true -->
+# 还要注意，桶大小的单位是**元素个数**，不是字节。 <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: bucket-sizes-count-elements -->
 
 # %% [markdown]
 # ## Exercise 1: `build_deepspeed_config()` (4 points)
@@ -270,12 +271,12 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # gradients, optimizer states) in both accountings from lesson 01: the ZeRO paper's (K = 12 bytes of optimizer
 # state per parameter) and DeepSpeed's own estimator, which also counts 4 bytes of partitioned fp32 gradients.
 # (DeepSpeed 0.18.3 and later can keep the master weights and Adam's moments in bf16, K = 6: this config does not;
-# `zerolab estimate --help` shows how to count it.) <!-- claim: bf16-master-and-moments-make-k-6 -->
+# `zerolab estimate --help` shows how to count it.) <!-- claim: bf16-master-and-moments-make-k-6 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
-# %% [markdown] lang="zh" en="aaedf9500ef3"
+# %% [markdown] lang="zh" en="251980a0ffd6"
 # ## 这份配置对显存的影响
 #
-# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。（DeepSpeed 0.18.3 及之后的版本可以把主权重和 Adam 的动量保存为 bf16，K = 6：这份配置没有这样做；`zerolab estimate --help` 说明了怎样计算它。）<!-- claim: bf16-master-and-moments-make-k-6 -->
+# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。（DeepSpeed 0.18.3 及之后的版本可以把主权重和 Adam 的动量保存为 bf16，K = 6：这份配置没有这样做；`zerolab estimate --help` 说明了怎样计算它。）<!-- claim: bf16-master-and-moments-make-k-6 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
 # %%
 from zerolab.lesson.checks import learner_value
@@ -315,9 +316,9 @@ for label, cfg in rows:
 # default size. That multiplier was removed from DeepSpeed in 2021 (References). In 0.19.8
 # ZeRO-2 keeps one reduce bucket of `reduce_bucket_size` elements for the contiguous gradients, and `overlap_comm`
 # adds a second so that one bucket can be reduced while the next fills. With the default size (DeepSpeed's
-# `reduce_bucket_size`) and fp16 elements (the size torch reports):
+# `reduce_bucket_size`) and fp16 elements (the size torch reports): <!-- claim: zero2-estimator-offload-gpu-is-16-bit-params --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: bucket-sizes-count-elements --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 -->
 
-# %% [markdown] lang="zh" en="ed7c49f9d091"
+# %% [markdown] lang="zh" en="52c56014c7e7"
 # > **常见的错误数字。** “ZeRO-2 每张 GPU 大约需要 36 GB”（第 01 课讲过原因：它按参数切分掉的字节数算少了）和 “ZeRO-2 + 卸载大约需要 29 GB”。上表用两种口径给出了这两行。
 #
 # - 优化器卸载之后，留在 GPU 上的只有复制的 fp16 参数。没有任何资料给出过 “29 GB”，而且这个说法漏掉了交换的另一面：最后一列的**主机内存**，卸载时最先耗尽的正是它（进程以退出码 -9 被杀掉；见参考资料中的 DeepSpeed issue）。
@@ -326,7 +327,7 @@ for label, cfg in rows:
 #
 # 注意，DeepSpeed 的估算函数打印的单位是 “GB”，但它除的是 2^30，所以它的 “GB” 其实是 GiB。
 #
-# **桶。** 另一个流行的说法是 `overlap_comm` “占用 4.5 倍的 `reduce_bucket_size`”，默认大小下就是 9 GB。这个系数在 2021 年已从 DeepSpeed 中删除（见参考资料）。在 0.19.8 中，ZeRO-2 为连续梯度保留一个 `reduce_bucket_size` 个元素的归约桶，`overlap_comm` 再加一个，使得一个桶在归约时下一个桶可以继续填充。按默认大小（DeepSpeed 的 `reduce_bucket_size`）和 fp16 元素（大小取自 torch 的报告）计算：
+# **桶。** 另一个流行的说法是 `overlap_comm` “占用 4.5 倍的 `reduce_bucket_size`”，默认大小下就是 9 GB。这个系数在 2021 年已从 DeepSpeed 中删除（见参考资料）。在 0.19.8 中，ZeRO-2 为连续梯度保留一个 `reduce_bucket_size` 个元素的归约桶，`overlap_comm` 再加一个，使得一个桶在归约时下一个桶可以继续填充。按默认大小（DeepSpeed 的 `reduce_bucket_size`）和 fp16 元素（大小取自 torch 的报告）计算： <!-- claim: zero2-estimator-offload-gpu-is-16-bit-params --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: bucket-sizes-count-elements --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 -->
 
 # %%
 bucket_elements = DeepSpeedZeroConfig(stage=2).reduce_bucket_size
@@ -337,10 +338,10 @@ for overlap in (False, True):
 
 # %% [markdown]
 # One more thing the config doctor of lesson 05 notices: the batch numbers of the skeleton multiply out on **one**
-# GPU. Take the same config to 8 GPUs and DeepSpeed refuses it:
+# GPU. Take the same config to 8 GPUs and DeepSpeed refuses it: <!-- claim: batch-world-size-is-data-parallel -->
 
-# %% [markdown] lang="zh" en="633d57f8cca7"
-# 第 05 课的配置诊断工具还会发现一件事：骨架中的批大小数字只在**一张** GPU 上乘得对。把同一份配置拿到 8 张 GPU 上，DeepSpeed 就会拒绝它：
+# %% [markdown] lang="zh" en="893d6b2d3ff7"
+# 第 05 课的配置诊断工具还会发现一件事：骨架中的批大小数字只在**一张** GPU 上乘得对。把同一份配置拿到 8 张 GPU 上，DeepSpeed 就会拒绝它： <!-- claim: batch-world-size-is-data-parallel -->
 
 # %%
 for finding in check_config(config, world_size=GPUS).errors:
@@ -353,12 +354,12 @@ for finding in check_config(config, world_size=GPUS).errors:
 # where `world_size` is the number of **data-parallel** ranks (GPUs, divided by any sequence- or model-parallel
 # degree). If you give two of the three, DeepSpeed derives the third with **floor division**, and then its own
 # assertion can fail. See it happen with a global batch of 30 and a micro batch of 4 on one GPU:
-# <!-- claim: batch-term-derived-by-floor-division -->
+# <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: batch-world-size-is-data-parallel -->
 
-# %% [markdown] lang="zh" en="2673d226f8c6"
+# %% [markdown] lang="zh" en="a28ee6f54df8"
 # ## 练习 2：批大小的算术（2 分）
 #
-# DeepSpeed 要求 `train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size`，其中 `world_size` 是**数据并行**的 rank 数（GPU 数除以序列并行或模型并行的并行度）。如果你只给出三者中的两个，DeepSpeed 会用**向下取整除法**推出第三个，随后它自己的断言就可能失败。在一张 GPU 上，用全局批大小 30、微批次（micro-batch）大小 4 来看看这种情况：<!-- claim: batch-term-derived-by-floor-division -->
+# DeepSpeed 要求 `train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size`，其中 `world_size` 是**数据并行**的 rank 数（GPU 数除以序列并行或模型并行的并行度）。如果你只给出三者中的两个，DeepSpeed 会用**向下取整除法**推出第三个，随后它自己的断言就可能失败。在一张 GPU 上，用全局批大小 30、微批次（micro-batch）大小 4 来看看这种情况：<!-- claim: batch-term-derived-by-floor-division --> <!-- claim: batch-world-size-is-data-parallel -->
 
 # %%
 try:
@@ -435,15 +436,16 @@ for tbs, mbs, ws in cases:
 # %% [markdown]
 # ## Exercise 3: fp16 or bf16? (2 points)
 #
-# bf16 has the exponent range of fp32, so it needs no loss scaling and never overflows where fp32 would not. It runs
-# fast on tensor cores from the Ampere generation on (compute capability 8.0: A100, RTX 30xx, and later H100 at 9.0).
-# Older cards such as the T4 that free Colab gives you (Turing, 7.5) or the V100 (7.0) have fast fp16 but no bf16
-# tensor cores, so there you train in fp16 with dynamic loss scaling. Enabling both is an error:
+# bf16 has the exponent range of fp32 (the same 8 exponent bits: the same smallest normal value, and a largest value
+# within 0.4% of fp32's), so it needs no loss scaling, and DeepSpeed's bf16 has none. It runs fast on tensor cores
+# from the Ampere generation on (compute capability 8.0: A100, RTX 30xx, and later H100 at 9.0). Older cards such as
+# the T4 that free Colab gives you (Turing, 7.5) or the V100 (7.0) have fast fp16 but no bf16 tensor cores, so there
+# you train in fp16 with dynamic loss scaling. Enabling both is an error: <!-- claim: bf16-overflows-a-little-below-fp32s-largest-value --> <!-- claim: bf16-and-fp16-take-2-bytes --> <!-- claim: fp16-loss-scale-zero-is-dynamic --> <!-- claim: bf16-trains-without-loss-scaling --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
 
-# %% [markdown] lang="zh" en="2e6bab2ae483"
+# %% [markdown] lang="zh" en="4c03ba4cb5cb"
 # ## 练习 3：fp16 还是 bf16？（2 分）
 #
-# bf16 的指数范围与 fp32 相同，所以它不需要损失缩放，在 fp32 不会溢出的地方它也不会溢出。从 Ampere 架构开始（计算能力 8.0：A100、RTX 30xx，以及之后计算能力 9.0 的 H100），它能在 Tensor Core 上高速运行。更早的卡，比如免费版 Colab 提供的 T4（Turing，7.5）或 V100（7.0），fp16 很快，但没有 bf16 Tensor Core，所以在这些卡上要用 fp16 加动态损失缩放来训练。两者同时启用会报错：
+# bf16 的指数范围与 fp32 相同（同样是 8 位指数：最小正规数相同，最大值与 fp32 相差不到 0.4%），所以它不需要损失缩放，DeepSpeed 的 bf16 也没有损失缩放。从 Ampere 架构开始（计算能力 8.0：A100、RTX 30xx，以及之后计算能力 9.0 的 H100），它能在 Tensor Core 上高速运行。更早的卡，比如免费版 Colab 提供的 T4（Turing，7.5）或 V100（7.0），fp16 很快，但没有 bf16 Tensor Core，所以在这些卡上要用 fp16 加动态损失缩放来训练。两者同时启用会报错： <!-- claim: bf16-overflows-a-little-below-fp32s-largest-value --> <!-- claim: bf16-and-fp16-take-2-bytes --> <!-- claim: fp16-loss-scale-zero-is-dynamic --> <!-- claim: bf16-trains-without-loss-scaling --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
 
 # %%
 try:
@@ -456,12 +458,12 @@ except AssertionError as error:
 # `torch.cuda.get_device_capability()` returns), return the two config blocks
 # `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}`: bf16 from compute capability 8.0 on, fp16 below that
 # where DeepSpeed accepts it. DeepSpeed's CUDA accelerator (`is_fp16_supported` in `accelerator/cuda_accelerator.py`)
-# reports fp16 as unsupported below 7.0 (a P100 is 6.0) unless `DS_ALLOW_DEPRECATED_FP16=1` is set, and the engine
-# then refuses an fp16 config: there, enable neither and train in fp32. Hidden tests try more GPUs, ask DeepSpeed's
-# own accelerator rule, and pass your blocks to DeepSpeed.
+# reports fp16 as unsupported below 7.0 (a P100 is 6.0; `DS_ALLOW_DEPRECATED_FP16=1` lets 6.x cards through, nothing
+# older), and the engine then refuses an fp16 config: there, enable neither and train in fp32. Hidden tests try more
+# GPUs, ask DeepSpeed's own accelerator rule, and pass your blocks to DeepSpeed. <!-- claim: torch-device-capability-is-major-minor --> <!-- claim: cuda-accelerator-fp16-from-compute-capability-7 --> <!-- claim: engine-refuses-unsupported-half-precision -->
 
-# %% [markdown] lang="zh" en="5058befa38ca"
-# 编写 `mixed_precision(compute_capability)`：给定一个 `(major, minor)` 元组（即 `torch.cuda.get_device_capability()` 的返回值），返回两个配置块 `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}`：计算能力 8.0 及以上用 bf16，低于 8.0 且 DeepSpeed 接受的情况下用 fp16。DeepSpeed 的 CUDA accelerator（`accelerator/cuda_accelerator.py` 中的 `is_fp16_supported`）在计算能力低于 7.0 时（P100 是 6.0）报告不支持 fp16，除非设置了 `DS_ALLOW_DEPRECATED_FP16=1`，此时引擎会拒绝 fp16 配置：这种情况下两者都不启用，用 fp32 训练。隐藏测试会尝试更多 GPU，询问 DeepSpeed 自己的 accelerator 规则，并把你的配置块交给 DeepSpeed。
+# %% [markdown] lang="zh" en="e7a6ff4654b5"
+# 编写 `mixed_precision(compute_capability)`：给定一个 `(major, minor)` 元组（即 `torch.cuda.get_device_capability()` 的返回值），返回两个配置块 `{"fp16": {"enabled": ...}, "bf16": {"enabled": ...}}`：计算能力 8.0 及以上用 bf16，低于 8.0 且 DeepSpeed 接受的情况下用 fp16。DeepSpeed 的 CUDA accelerator（`accelerator/cuda_accelerator.py` 中的 `is_fp16_supported`）在计算能力低于 7.0 时（P100 是 6.0）报告不支持 fp16（设置 `DS_ALLOW_DEPRECATED_FP16=1` 可以放行 6.x 的卡，更老的卡仍然不行），此时引擎会拒绝 fp16 配置：这种情况下两者都不启用，用 fp32 训练。隐藏测试会尝试更多 GPU，询问 DeepSpeed 自己的 accelerator 规则，并把你的配置块交给 DeepSpeed。 <!-- claim: torch-device-capability-is-major-minor --> <!-- claim: cuda-accelerator-fp16-from-compute-capability-7 --> <!-- claim: engine-refuses-unsupported-half-precision -->
 
 # %% nbgrader={"grade": false, "grade_id": "compute_capability", "locked": true, "schema_version": 3, "solution": false, "task": false}
 COMPUTE_CAPABILITY = {"T4": (7, 5), "V100": (7, 0), "A100": (8, 0), "RTX 3090": (8, 6), "H100": (9, 0)}
@@ -541,10 +543,10 @@ else:
 # Memory is the same either way: fp16 and bf16 both store 2 bytes per value, so every estimate in this course is the
 # same for both. (One caution, read in the code but not tried on a real card: DeepSpeed's CUDA accelerator asks
 # `torch.cuda.is_bf16_supported()`, which in recent PyTorch also accepts *emulated* bf16, so it can say yes on a
-# pre-Ampere card that then runs bf16 slowly or fails in a kernel. Trust the compute capability.)
+# pre-Ampere card that then runs bf16 slowly or fails in a kernel. Trust the compute capability.) <!-- claim: bf16-overflows-a-little-below-fp32s-largest-value --> <!-- claim: bf16-and-fp16-take-2-bytes --> <!-- claim: cuda-accelerator-bf16-accepts-emulation -->
 
-# %% [markdown] lang="zh" en="b22ec450e7d7"
-# 两种方式下显存都一样：fp16 和 bf16 每个值都占 2 字节，所以本课程的所有估算对两者都相同。（有一点需要提醒，这是读代码得出的，没有在真卡上试过：DeepSpeed 的 CUDA accelerator 调用的是 `torch.cuda.is_bf16_supported()`，而在较新的 PyTorch 中它也接受*模拟的* bf16，因此在 Ampere 之前的卡上也可能回答“支持”，结果 bf16 跑得很慢，或者在某个 kernel 里出错。请以计算能力为准。）
+# %% [markdown] lang="zh" en="79b5938a7d31"
+# 两种方式下显存都一样：fp16 和 bf16 每个值都占 2 字节，所以本课程的所有估算对两者都相同。（有一点需要提醒，这是读代码得出的，没有在真卡上试过：DeepSpeed 的 CUDA accelerator 调用的是 `torch.cuda.is_bf16_supported()`，而在较新的 PyTorch 中它也接受*模拟的* bf16，因此在 Ampere 之前的卡上也可能回答“支持”，结果 bf16 跑得很慢，或者在某个 kernel 里出错。请以计算能力为准。） <!-- claim: bf16-overflows-a-little-below-fp32s-largest-value --> <!-- claim: bf16-and-fp16-take-2-bytes --> <!-- claim: cuda-accelerator-bf16-accepts-emulation -->
 
 # %% [markdown]
 # ## Exercise 4: ZeRO-3 with parameter offload (2 points)
@@ -560,16 +562,16 @@ else:
 #
 # *Accepted:* a new `dict` whose `zero_optimization` has `stage` 3 (an `int`) and `offload_optimizer` and
 # `offload_param` blocks with `device` `"cpu"` and `pin_memory` `True`; other fields of those blocks may stay. The
-# visible test also tries a config without a `zero_optimization` block.
+# visible test also tries a config without a `zero_optimization` block. <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero3-offload-param-gathers-from-the-host-buffer --> <!-- claim: zero3-gathers-again-for-backward --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: offload-param-accepted-silently-at-stage-2 -->
 
-# %% [markdown] lang="zh" en="61ea81179521"
+# %% [markdown] lang="zh" en="e35fbb8dbd18"
 # ## 练习 4：带参数卸载的 ZeRO-3（2 分）
 #
 # 当连 fp16 参数都放不下时，ZeRO-3 把参数也切分，而 `offload_param` 把参数分片移到主机内存。`offload_param` 只在 stage 3 下生效：在 stage 2 下 DeepSpeed 会一声不吭地接受它，然后忽略它（stage 1/2 的优化器根本拿不到它；第 05 课会查出这个问题）。
 #
 # 编写 `zero3_offload(config)`：返回一份**新的**配置（不要改动传入的参数），其中 `stage` 为 3，优化器和参数都卸载到 CPU 并使用锁页内存；其余内容保持原样。隐藏测试会把你的结果交给 DeepSpeed，尝试其他配置，并检查输入没有被改动。你的单元格里不能使用课程的参考配置（`zerolab.config.reference`）。
 #
-# *可接受的答案：* 一个新的 `dict`，其 `zero_optimization` 中 `stage` 为 3（`int`），并且有 `offload_optimizer` 和 `offload_param` 两个块，其中 `device` 为 `"cpu"`、`pin_memory` 为 `True`；这两个块中的其他字段可以保留。可见测试还会尝试一个没有 `zero_optimization` 块的配置。
+# *可接受的答案：* 一个新的 `dict`，其 `zero_optimization` 中 `stage` 为 3（`int`），并且有 `offload_optimizer` 和 `offload_param` 两个块，其中 `device` 为 `"cpu"`、`pin_memory` 为 `True`；这两个块中的其他字段可以保留。可见测试还会尝试一个没有 `zero_optimization` 块的配置。 <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero3-offload-param-gathers-from-the-host-buffer --> <!-- claim: zero3-gathers-again-for-backward --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: offload-param-accepted-silently-at-stage-2 -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_zero3_offload", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def zero3_offload(config):
@@ -644,10 +646,10 @@ for given in (base, {"train_batch_size": 8, "bf16": {"enabled": True}}, seed_con
 
 # %% [markdown]
 # What did that buy? Both of your configs for the same 13B model on 8 GPUs, in DeepSpeed's accounting (the ZeRO-3
-# figure includes the largest layer, gathered in full while it computes):
+# figure includes the largest layer, gathered in full while it computes): <!-- claim: zero3-offload-estimate-is-the-largest-layer -->
 
-# %% [markdown] lang="zh" en="c1b9a8104dac"
-# 这样换来了什么？同一个 13B 模型、8 张 GPU，你写的两份配置，按 DeepSpeed 的口径（ZeRO-3 的数字包含最大的那一层，它在计算时会被完整地 gather 到 GPU 上）：
+# %% [markdown] lang="zh" en="ad4411046817"
+# 这样换来了什么？同一个 13B 模型、8 张 GPU，你写的两份配置，按 DeepSpeed 的口径（ZeRO-3 的数字包含最大的那一层，它在计算时会被完整地 gather 到 GPU 上）： <!-- claim: zero3-offload-estimate-is-the-largest-layer -->
 
 # %%
 rows = [(tr("exercise 1: ZeRO-2, optimizer on CPU"), reference.zero2_offload()),
@@ -662,13 +664,15 @@ for label, cfg in rows:
 # %% [markdown]
 # The GPU side shrinks to little more than one gathered layer; the host side carries everything else. The price is
 # PCIe traffic: with parameter offload each GPU fetches its parameter partition from the host for the forward pass
-# and again for the backward pass (ZeRO-3 gathers twice, lesson 03), on every micro-step. Per GPU and optimizer step
-# in DeepSpeed 0.19.8's accounting (gradients go down as fp32; lessons 02 and 06 measure it), with the config's
-# accumulation steps on 8 GPUs (`train_batch_size` is dropped so that DeepSpeed derives it for 8
-# GPUs; the value in the config only fits one, as the doctor showed above):
+# and again for the backward pass (ZeRO-3 gathers twice, lesson 03; only the last layers, whose backward comes within
+# `stage3_max_reuse_distance` elements of their forward, stay gathered in between), on every micro-step. Per GPU and
+# optimizer step in DeepSpeed 0.19.8's accounting (with gradient accumulation the micro-steps also send their 16-bit
+# gradients to a host buffer; at the accumulation boundary the gradient partition goes down as fp32; lessons 02 and
+# 06 measure it), with the config's accumulation steps on 8 GPUs (`train_batch_size` is dropped so that DeepSpeed
+# derives it for 8 GPUs; the value in the config only fits one, as the doctor showed above): <!-- claim: zero3-offload-param-gathers-from-the-host-buffer --> <!-- claim: zero3-gathers-again-for-backward --> <!-- claim: zero3-offload-gradients-fp32-at-the-boundary --> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: batch-term-derived-by-floor-division -->
 
-# %% [markdown] lang="zh" en="134f30d1d6f4"
-# GPU 这一侧缩小到只比一个 gather 完整的层多一点；其余的都压到了主机那一侧。代价是 PCIe 流量：使用参数卸载时，每张 GPU 在每个微步都要从主机取回自己的参数分片，前向取一次，反向再取一次（ZeRO-3 gather 两次，见第 03 课）。以下是每张 GPU 每个优化器步的流量，按 DeepSpeed 0.19.8 的口径（梯度以 fp32 传回主机；第 02 课和第 06 课会实测），使用配置中的梯度累积步数、8 张 GPU（去掉了 `train_batch_size`，让 DeepSpeed 按 8 张 GPU 推导它；配置里的值只适用于一张 GPU，正如上面的诊断工具所示）：
+# %% [markdown] lang="zh" en="eca63f415bf5"
+# GPU 这一侧缩小到只比一个 gather 完整的层多一点；其余的都压到了主机那一侧。代价是 PCIe 流量：使用参数卸载时，每张 GPU 在每个微步都要从主机取回自己的参数分片，前向取一次，反向再取一次（ZeRO-3 gather 两次，见第 03 课；只有最后几层的反向与前向相隔不到 `stage3_max_reuse_distance` 个元素，在两次之间一直保持 gather 状态）。以下是每张 GPU 每个优化器步的流量，按 DeepSpeed 0.19.8 的口径（使用梯度累积时，各个微步还会把 16 位梯度传到主机上的缓冲区；在梯度累积的边界，梯度分片以 fp32 传回主机；第 02 课和第 06 课会实测），使用配置中的梯度累积步数、8 张 GPU（去掉了 `train_batch_size`，让 DeepSpeed 按 8 张 GPU 推导它；配置里的值只适用于一张 GPU，正如上面的诊断工具所示）： <!-- claim: zero3-offload-param-gathers-from-the-host-buffer --> <!-- claim: zero3-gathers-again-for-backward --> <!-- claim: zero3-offload-gradients-fp32-at-the-boundary --> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: batch-term-derived-by-floor-division -->
 
 # %%
 from zerolab.lesson.reveal import answer_first
@@ -728,9 +732,9 @@ for label, cfg in (("exercise 1", first), ("exercise 4", first and learner_value
 #
 # **Why does ZeRO-2 + offload not fix every out-of-memory?**
 # It removes the optimizer state from the GPU, but the fp16 parameters stay whole on every GPU, activations stay, and
-# the host must hold the fp32 state of every GPU of the node; that host RAM runs out first.
+# the host must hold the fp32 state of every GPU of the node; that host RAM runs out first. <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: zero-bucket-settings-default --> <!-- claim: bucket-sizes-count-elements --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: offload-param-accepted-silently-at-stage-2 --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: offload-keeps-16-bit-params-on-the-device -->
 
-# %% [markdown] lang="zh" en="407d8753b629"
+# %% [markdown] lang="zh" en="12525bc29ec0"
 # ## 小结
 #
 # - 经典练习设置了三件事：同时切分梯度和优化器状态的 stage、让梯度归约与反向传播重叠，以及把优化器卸载到锁页的主机内存。
@@ -755,7 +759,7 @@ for label, cfg in (("exercise 1", first), ("exercise 4", first and learner_value
 # DeepSpeed 用向下取整除法推导梯度累积步数，然后它自己的检查就会失败（即练习 2 中打印的那条信息）。应选择一个是“微批次大小 × 数据并行 rank 数” 整数倍的全局批大小。
 #
 # **为什么 ZeRO-2 + 卸载不能解决所有的显存不足？**
-# 它把优化器状态移出了 GPU，但 fp16 参数仍然在每张 GPU 上完整保留一份，激活值也还在；而且主机要为节点上的每张 GPU 保存 fp32 状态，最先耗尽的是主机内存。
+# 它把优化器状态移出了 GPU，但 fp16 参数仍然在每张 GPU 上完整保留一份，激活值也还在；而且主机要为节点上的每张 GPU 保存 fp32 状态，最先耗尽的是主机内存。 <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: zero-bucket-settings-default --> <!-- claim: bucket-sizes-count-elements --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: offload-param-accepted-silently-at-stage-2 --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: offload-keeps-16-bit-params-on-the-device -->
 
 # %% [markdown]
 # ## References

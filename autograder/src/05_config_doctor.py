@@ -4,12 +4,12 @@
 # Most ZeRO problems in practice are not in the code but in the `ds_config`: a key DeepSpeed never reads, a setting
 # that only works at another stage, a value only the Hugging Face Trainer understands. DeepSpeed rejects some of these
 # loudly and lets others through without a word. In this lesson you read configs like a reviewer, fix one, and
-# predict what a change does to memory and traffic before you run anything.
+# predict what a change does to memory and traffic before you run anything. <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: hf-trainer-fills-auto -->
 
-# %% [markdown] lang="zh" en="f9438c4bec26"
+# %% [markdown] lang="zh" en="6630a146173b"
 # # 第 05 课：配置诊断
 #
-# 实际使用 ZeRO 时，大多数问题不出在代码里，而出在 `ds_config` 里：DeepSpeed 根本不读的键、只在另一个 stage 才生效的设置、只有 Hugging Face Trainer 才认识的值。其中有些错误 DeepSpeed 会大声报错，另一些则一声不吭地放过去。本课你会像代码评审一样读配置，修好一份坏掉的配置，并在运行任何东西之前，先预测一次配置改动对显存和通信量的影响。
+# 实际使用 ZeRO 时，大多数问题不出在代码里，而出在 `ds_config` 里：DeepSpeed 根本不读的键、只在另一个 stage 才生效的设置、只有 Hugging Face Trainer 才认识的值。其中有些错误 DeepSpeed 会大声报错，另一些则一声不吭地放过去。本课你会像代码评审一样读配置，修好一份坏掉的配置，并在运行任何东西之前，先预测一次配置改动对显存和通信量的影响。 <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: hf-trainer-fills-auto -->
 
 # %% [markdown]
 # ## Learning goals
@@ -65,12 +65,12 @@ def show(report):
 # with strict pydantic models: an unknown key inside them is an error. The **top level** is different: DeepSpeed
 # looks up the keys it knows with `dict.get` and never looks at the rest. A misspelled block name is therefore
 # ignored, and everything in it takes its default. Watch both, measured on DeepSpeed itself:
-# <!-- claim: config-blocks-strict-top-level-loose -->
+# <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-fp16-bf16-blocks-strict -->
 
-# %% [markdown] lang="zh" en="e084e94d2274"
+# %% [markdown] lang="zh" en="ca1aadb953cd"
 # ## DeepSpeed 如何读取配置
 #
-# DeepSpeed 0.19.8 用严格的 pydantic 模型校验配置中的各个**块**（`zero_optimization` 及其中的 `offload_*` 部分、`fp16`、`bf16`）：块里出现未知的键就会报错。**顶层**则不同：DeepSpeed 只用 `dict.get` 查它认识的键，其余的一概不看。所以块名拼错会被直接忽略，块里的所有设置都退回默认值。下面在 DeepSpeed 上实测这两种情况： <!-- claim: config-blocks-strict-top-level-loose -->
+# DeepSpeed 0.19.8 用严格的 pydantic 模型校验配置中的各个**块**（`zero_optimization` 及其中的 `offload_*` 部分、`fp16`、`bf16`）：块里出现未知的键就会报错。**顶层**则不同：DeepSpeed 只用 `dict.get` 查它认识的键，其余的一概不看。所以块名拼错会被直接忽略，块里的所有设置都退回默认值。下面在 DeepSpeed 上实测这两种情况： <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-fp16-bf16-blocks-strict -->
 
 # %%
 inner_typo = {"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_com": True}}
@@ -87,7 +87,8 @@ print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), pa
 # word (facts from its 0.19.8 code):
 #
 # - `offload_param` with stage 1 or 2: the stage 1/2 optimizer never receives it, so parameters stay on the GPU;
-# - `device: "nvme"` without `nvme_path`: accepted, then the run fails when it builds the swap folder;
+# - `device: "nvme"` without `nvme_path`: accepted, then a stage 3 run fails when it builds the swap folder (below
+#   stage 3 DeepSpeed offloads to CPU RAM instead);
 # - `"auto"` inside `zero_optimization`, `fp16` or `bf16`: **dropped**, and the default used (`"auto"` is something
 #   only the Hugging Face Trainer and Accelerate fill in before DeepSpeed sees the config). At the top level, for
 #   the batch fields, `"auto"` crashes instead.
@@ -96,16 +97,16 @@ print(tr("typo in the block name: accepted; ZeRO stage DeepSpeed will use:"), pa
 # features DeepSpeed has removed, such as MiCS (`mics_shard_size`): 0.19.8 raises an error that points to a DeepSpeed issue (References). zerolab's doctor, `check_config(config, world_size)`,
 # runs DeepSpeed's own validation for the world size you give and adds checks for the silent cases. Each finding has
 # a dotted **path**, a **severity** and a message.
-# <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
+# <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: nvme-without-path-fails-at-start-up --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: hf-trainer-fills-auto --> <!-- claim: auto-dropped-in-precision-blocks --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: removed-features-raise-pointing-to-issue-8489 --> <!-- claim: config-blocks-strict-top-level-loose -->
 
-# %% [markdown] lang="zh" en="4b329ff1b0eb"
+# %% [markdown] lang="zh" en="1b648838845b"
 # 第二份配置实际上是在用普通的数据并行训练，而且没有任何提示。DeepSpeed 还会一声不吭地接受下面这些情况（事实来自其 0.19.8 的代码）：
 #
 # - stage 1 或 2 下的 `offload_param`：stage 1/2 的优化器根本收不到这个设置，参数仍留在 GPU 上；
-# - `device: "nvme"` 却没有 `nvme_path`：配置被接受，随后在创建 swap 文件夹时运行失败；
+# - `device: "nvme"` 却没有 `nvme_path`：配置被接受，随后 stage 3 的运行在创建 swap 文件夹时失败（stage 3 以下 DeepSpeed 改为卸载到 CPU 内存）；
 # - `zero_optimization`、`fp16` 或 `bf16` 里的 `"auto"`：被**丢弃**，改用默认值（`"auto"` 只有 Hugging Face Trainer 和 Accelerate 会在 DeepSpeed 看到配置之前替换掉）。而在顶层的 batch 字段里，`"auto"` 则会直接导致崩溃。
 #
-# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置诊断工具 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。 <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
+# 会被拒绝的情况有：fp16 和 bf16 同时开启、batch 相关字段在给定的总进程数（world size）下乘不出来，以及 DeepSpeed 已移除的功能，例如 MiCS（`mics_shard_size`）：0.19.8 会抛出一个错误，指向 DeepSpeed 的一个 issue（见参考资料）。zerolab 的配置诊断工具 `check_config(config, world_size)` 会按你给出的总进程数运行 DeepSpeed 自己的校验，并为那些静默的情况补上检查。每条检查结果（finding）都有一个点分**路径**（path）、一个**严重程度**（severity）和一条说明。 <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: nvme-without-path-fails-at-start-up --> <!-- claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload --> <!-- claim: hf-trainer-fills-auto --> <!-- claim: auto-dropped-in-precision-blocks --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: removed-features-raise-pointing-to-issue-8489 --> <!-- claim: config-blocks-strict-top-level-loose -->
 
 # %% [markdown]
 # ## Exercise 1: which path is wrong? (3 points, one per config)
@@ -240,9 +241,9 @@ show(check_config(CASES["C"], world_size=8))
 # </details>
 #
 # The doctor's notes (severity `note`) say what DeepSpeed picks for fields you left out, e.g. `overlap_comm`
-# (stage-dependent) and `pin_memory` (true in 0.19.8).
+# (stage-dependent) and `pin_memory` (true in 0.19.8). <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: nvme-without-path-fails-at-start-up --> <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true -->
 
-# %% [markdown] lang="zh" en="74390eea5c79"
+# %% [markdown] lang="zh" en="077f4b916a33"
 # <details><summary>答案：三个测试单元格都输出“正确。”之后再展开</summary>
 #
 # - A：DeepSpeed 接受它，但训练时 ZeRO 是关闭的：它从不读取英式拼写 `zero_optimisation`。
@@ -251,7 +252,7 @@ show(check_config(CASES["C"], world_size=8))
 #
 # </details>
 #
-# 配置诊断工具的提示（严重程度为 `note`）会告诉你，对你没写的字段 DeepSpeed 会取什么值，例如 `overlap_comm`（取决于 stage）和 `pin_memory`（0.19.8 中为 true）。
+# 配置诊断工具的提示（严重程度为 `note`）会告诉你，对你没写的字段 DeepSpeed 会取什么值，例如 `overlap_comm`（取决于 stage）和 `pin_memory`（0.19.8 中为 true）。 <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-accepted --> <!-- claim: nvme-without-path-fails-at-start-up --> <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true -->
 
 # %% [markdown]
 # ## More traps, in the doctor's words
@@ -319,16 +320,16 @@ for line in explain_config(GALLERY["batch written for one GPU"]):
 # from it.
 #
 # DeepSpeed stops at the first error it raises, so the doctor's first report does not list everything: fix, check
-# again, repeat.
+# again, repeat. <!-- claim: config-stops-at-first-error --> <!-- claim: batch-term-derived-by-floor-division -->
 
-# %% [markdown] lang="zh" en="c5cce6a0d390"
+# %% [markdown] lang="zh" en="f154544a32f4"
 # ## 练习 2：修好一份坏掉的配置（3 分）
 #
 # 下面这份配置原本是为 **8 张 A100 GPU** 写的：ZeRO-3，参数卸载（offload）到 CPU 内存，优化器状态卸载到挂载在 `/local_nvme` 的 NVMe 盘，每张 GPU 每个微步 4 个样本、梯度累积 2 步，bf16。把 `FIXED` 设为一份修正后的配置（一个 dict）：DeepSpeed 在总进程数为 8 时接受它，配置诊断工具对它既不报 error 也不报 warning，而且它表达的仍然恰好是上面的意思。（允许调用 `check_config(FIXED, world_size=8)`。）
 #
 # *接受的答案*：一个 `dict`；只要 DeepSpeed 读出来是上述设置的配置都可以，`train_batch_size` 写出来或留给 DeepSpeed 自己推导都行；`nvme_path` 末尾可以带斜杠。隐藏测试检查的是 DeepSpeed 从中读出的设置。
 #
-# DeepSpeed 遇到第一个错误就会停下，所以配置诊断工具的第一份报告并不会列出所有问题：修一处，再检查，如此反复。
+# DeepSpeed 遇到第一个错误就会停下，所以配置诊断工具的第一份报告并不会列出所有问题：修一处，再检查，如此反复。 <!-- claim: config-stops-at-first-error --> <!-- claim: batch-term-derived-by-floor-division -->
 
 # %% nbgrader={"grade": false, "grade_id": "broken", "locked": true, "schema_version": 3, "solution": false, "task": false}
 BROKEN = {
@@ -411,9 +412,9 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # - `stage3_prefetch_bucket_size: "auto"`: dropped silently outside the Trainer; remove it or write a number.
 # - NVMe without `nvme_path`: add the folder.
 #
-# </details>
+# </details> <!-- claim: hf-trainer-fills-auto --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: nvme-without-path-fails-at-start-up -->
 
-# %% [markdown] lang="zh" en="bac096e9cd64"
+# %% [markdown] lang="zh" en="c989d4d098fa"
 # <details><summary>需要改什么，以及为什么：测试单元格输出“可见测试已通过。”之后再展开</summary>
 #
 # - `train_batch_size: "auto"`：只有 Hugging Face Trainer 或 Accelerate 会替换它。写出具体数字（微批次（micro-batch）大小 x 累积步数 x 8 张 GPU），或者干脆不写，让 DeepSpeed 自己推导。
@@ -422,7 +423,7 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # - `stage3_prefetch_bucket_size: "auto"`：在 Trainer 之外会被静默丢弃；删掉它，或者写一个数字。
 # - NVMe 却没有 `nvme_path`：补上文件夹路径。
 #
-# </details>
+# </details> <!-- claim: hf-trainer-fills-auto --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: nvme-without-path-fails-at-start-up -->
 
 # %% [markdown]
 # ## Predicting the effect of a change
@@ -430,12 +431,12 @@ assert os.path.normpath(fixed["zero_optimization"]["offload_optimizer"]["nvme_pa
 # `config_effect(config, params, gpus_per_node)` reads the settings DeepSpeed will really use (its defaults, and
 # ignoring what it ignores) and feeds them to `zerolab.engine.memory` and `zerolab.engine.comm`. `compare_configs(a, b, ...)` does it
 # for two configs and lists the fields that differ. Here, what switching ZeRO-2 to ZeRO-3 does for a 7B model on 8
-# GPUs (the batch fields give 2 accumulation steps on 8 GPUs, and traffic is counted per optimizer step):
+# GPUs (the batch fields give 2 accumulation steps on 8 GPUs, and traffic is counted per optimizer step): <!-- claim: batch-term-derived-by-floor-division -->
 
-# %% [markdown] lang="zh" en="33b2c4ed4a90"
+# %% [markdown] lang="zh" en="d07cdac3129b"
 # ## 预测一次改动的效果
 #
-# `config_effect(config, params, gpus_per_node)` 读取 DeepSpeed 实际会用的设置（包括它的默认值，并忽略它会忽略的部分），再交给 `zerolab.engine.memory` 和 `zerolab.engine.comm` 计算。`compare_configs(a, b, ...)` 对两份配置做同样的事，并列出不同的字段。下面看 7B 模型在 8 张 GPU 上从 ZeRO-2 换成 ZeRO-3 会怎样（batch 字段在 8 张 GPU 上得出 2 步梯度累积，通信量按每个优化器步（optimizer step）计）：
+# `config_effect(config, params, gpus_per_node)` 读取 DeepSpeed 实际会用的设置（包括它的默认值，并忽略它会忽略的部分），再交给 `zerolab.engine.memory` 和 `zerolab.engine.comm` 计算。`compare_configs(a, b, ...)` 对两份配置做同样的事，并列出不同的字段。下面看 7B 模型在 8 张 GPU 上从 ZeRO-2 换成 ZeRO-3 会怎样（batch 字段在 8 张 GPU 上得出 2 步梯度累积，通信量按每个优化器步（optimizer step）计）： <!-- claim: batch-term-derived-by-floor-division -->
 
 # %%
 zero2 = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
@@ -505,14 +506,14 @@ _ = close_to(answer, reference, "SAVED_BYTES", 0.01, "bytes")
 # the parameters' bytes minus the share each GPU still holds. Both accountings side by side (DeepSpeed's adds fp32
 # gradients and, for ZeRO-3, the largest layer gathered in full):
 #
-# </details>
+# </details> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer -->
 
-# %% [markdown] lang="zh" en="a2c36947b746"
+# %% [markdown] lang="zh" en="c1d3687f576c"
 # <details><summary>答案：测试单元格输出“可见测试已通过。”之后再展开</summary>
 #
 # P 的 `offload_param` 在 stage 2 下不起作用，所以 P 就是普通的 ZeRO-2：bf16 参数在每张 GPU 上都是完整的一份，梯度和优化器状态被切分到各张 GPU 上。Q 是 ZeRO-3，连参数也切分了。省下的就是参数的字节数减去每张 GPU 仍持有的那份分片。下面把两种口径并排列出（DeepSpeed 的口径额外计入 fp32 梯度，对 ZeRO-3 还计入完整聚合的最大一层）：
 #
-# </details>
+# </details> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer -->
 
 # %%
 if revealed("exercise 3"):
@@ -532,16 +533,16 @@ if revealed("exercise 3"):
 # What you need: ZeRO-1 keeps whole gradients on every GPU between micro-steps; ZeRO-2 keeps only its own gradient
 # partition (lesson 03 counts the collectives).
 #
-# *Accepted:* an `int` or `float`, a multiple of Ψ (not bytes or GB), exact to one part in a million.
+# *Accepted:* an `int` or `float`, a multiple of Ψ (not bytes or GB), exact to one part in a million. <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-keeps-only-the-gradient-partition -->
 
-# %% [markdown] lang="zh" en="d760cb0af4f6"
+# %% [markdown] lang="zh" en="54fe52fc51de"
 # ## 练习 4：通信量上要付出多少？（2 分）
 #
 # 同一个模型、8 张 GPU 的两份配置，梯度累积都是 8 步：`R` 用 ZeRO-1，`S` 用 ZeRO-2。按 ZeRO 论文的通信量口径，每个**优化器步**，`S` 每张 GPU 比 `R` 多传输的量是参数量 Ψ 的多少倍？把 `EXTRA_PSI` 设为一个数。
 #
 # 你需要知道的：ZeRO-1 在微步之间让每张 GPU 保留完整的梯度；ZeRO-2 只保留自己那份梯度分片（第 03 课统计了各个集合通信）。
 #
-# *接受的答案*：一个 `int` 或 `float`，是 Ψ 的倍数（不是字节或 GB），精确到百万分之一。
+# *接受的答案*：一个 `int` 或 `float`，是 Ψ 的倍数（不是字节或 GB），精确到百万分之一。 <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-keeps-only-the-gradient-partition -->
 
 # %% nbgrader={"grade": false, "grade_id": "traffic_pair", "locked": true, "schema_version": 3, "solution": false, "task": false}
 R_CONFIG = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "bf16": {"enabled": True},
@@ -582,19 +583,20 @@ _ = close_to(plain(EXTRA_PSI, "EXTRA_PSI"), reference, "EXTRA_PSI", 1e-6)
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Visible checks passed."</summary>
 #
-# ZeRO-1 keeps whole gradients on every GPU, sums the micro-steps locally and reduce-scatters once per optimizer step.
-# ZeRO-2 keeps only its gradient partition, so it reduce-scatters on every micro-step. Both all-gather the updated
-# parameters once. With long accumulation ZeRO-1 can be the better choice when the network is slow and the memory
-# allows it:
+# ZeRO-1 keeps whole gradients on every GPU, sums the micro-steps locally and reduces them once per optimizer step.
+# ZeRO-2 keeps only its gradient partition, so it reduces the gradients on every micro-step. Both all-gather the
+# updated parameters once. The paper counts each reduction as a reduce-scatter (Ψ); DeepSpeed 0.19.8 all-reduces the
+# gradient buckets by default (2Ψ), which changes the volumes, not the comparison. With long accumulation ZeRO-1 can be
+# the better choice when the network is slow and the memory allows it:
 #
-# </details>
+# </details> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
-# %% [markdown] lang="zh" en="0ca7a9a81f56"
+# %% [markdown] lang="zh" en="511db06ead94"
 # <details><summary>答案：测试单元格输出“可见测试已通过。”之后再展开</summary>
 #
-# ZeRO-1 在每张 GPU 上保留完整梯度，在本地把各微步的梯度累加起来，每个优化器步只做一次 reduce-scatter。ZeRO-2 只保留自己的梯度分片，所以每个微步都要 reduce-scatter。两者都在最后对更新后的参数做一次 all-gather。梯度累积步数多、网络慢且显存够用时，ZeRO-1 可能是更好的选择：
+# ZeRO-1 在每张 GPU 上保留完整梯度，在本地把各微步的梯度累加起来，每个优化器步只规约一次。ZeRO-2 只保留自己的梯度分片，所以每个微步都要规约梯度。两者都在最后对更新后的参数做一次 all-gather。论文把每次规约算作一次 reduce-scatter（Ψ）；DeepSpeed 0.19.8 默认对梯度桶做 all-reduce（2Ψ），这改变的是通信量，而不是两者的比较。梯度累积步数多、网络慢且显存够用时，ZeRO-1 可能是更好的选择：
 #
-# </details>
+# </details> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
 # %%
 if revealed("exercise 4"):
@@ -624,16 +626,16 @@ if revealed("exercise 4"):
 # **You set `offload_param` and memory did not change. Why?**
 # Parameter offload works only with ZeRO-3; at stages 1 and 2 DeepSpeed accepts the key and never uses it.
 #
-# **A config from a Hugging Face example fails with a TypeError about `str` and `//`. Why?**
+# **A config from a Hugging Face example fails with a TypeError about a `str` (in a `//` or a `>`). Why?**
 # It contains `"auto"` values, which only the Trainer and Accelerate fill in. Used with DeepSpeed directly the batch
 # fields must be numbers; inside blocks `"auto"` is dropped silently and the default used.
 #
 # **Does ZeRO-2 communicate more than ZeRO-1?**
 # Without gradient accumulation they move the same volume per step: the paper's 2Ψ, or 3Ψ in DeepSpeed 0.19.8's
 # default, which all-reduces the gradient buckets of both. With accumulation ZeRO-2 reduces gradients on every
-# micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more.
+# micro-step and ZeRO-1 only at the boundary, so per optimizer step ZeRO-2 moves more. <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-fails-at-start-up --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: engine-logs-its-zero-stage --> <!-- claim: auto-batch-fields-raise-typeerror --> <!-- claim: hf-trainer-fills-auto --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-gradients-every-micro-step -->
 
-# %% [markdown] lang="zh" en="70aac1908292"
+# %% [markdown] lang="zh" en="c85039e35214"
 # ## 小结
 #
 # - DeepSpeed 严格校验各个块，却忽略顶层的未知键：`zero_optimization` 拼错，就等于完全没有 ZeRO。
@@ -649,11 +651,11 @@ if revealed("exercise 4"):
 # **你设置了 `offload_param`，显存却没变。为什么？**
 # 参数卸载只在 ZeRO-3 下生效；在 stage 1 和 2 下，DeepSpeed 接受这个键，但从不使用它。
 #
-# **一份来自 Hugging Face 示例的配置报了一个关于 `str` 和 `//` 的 TypeError。为什么？**
+# **一份来自 Hugging Face 示例的配置报了一个与 `str` 有关的 TypeError（出在 `//` 或 `>` 上）。为什么？**
 # 它包含 `"auto"` 值，而这些值只有 Trainer 和 Accelerate 会填。直接交给 DeepSpeed 用时，batch 字段必须是数字；块里的 `"auto"` 会被静默丢弃并改用默认值。
 #
 # **ZeRO-2 的通信量比 ZeRO-1 大吗？**
-# 没有梯度累积时，两者每步的通信量相同：论文口径下是 2Ψ；DeepSpeed 0.19.8 默认对两者的梯度桶都做 all-reduce，则是 3Ψ。有梯度累积时，ZeRO-2 每个微步都要规约梯度，而 ZeRO-1 只在累积边界规约一次，所以每个优化器步 ZeRO-2 传输得更多。
+# 没有梯度累积时，两者每步的通信量相同：论文口径下是 2Ψ；DeepSpeed 0.19.8 默认对两者的梯度桶都做 all-reduce，则是 3Ψ。有梯度累积时，ZeRO-2 每个微步都要规约梯度，而 ZeRO-1 只在累积边界规约一次，所以每个优化器步 ZeRO-2 传输得更多。 <!-- claim: config-blocks-strict-top-level-loose --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: nvme-without-path-fails-at-start-up --> <!-- claim: auto-dropped-inside-blocks --> <!-- claim: config-refuses-fp16-with-bf16-and-mics --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: engine-logs-its-zero-stage --> <!-- claim: auto-batch-fields-raise-typeerror --> <!-- claim: hf-trainer-fills-auto --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-gradients-every-micro-step -->
 
 # %% [markdown]
 # ## References
@@ -661,11 +663,11 @@ if revealed("exercise 4"):
 # - DeepSpeed 0.19.8 source: `deepspeed/runtime/zero/config.py` (stage-dependent `overlap_comm`),
 #   `deepspeed/runtime/zero/offload_config.py` (`pin_memory`), `deepspeed/runtime/config.py` (batch arithmetic).
 # - DeepSpeed issue #8489: features removed from DeepSpeed, MiCS among them.
-# - zerolab's doctor: `zerolab/config/checks.py` (the checks DeepSpeed does not make).
+# - zerolab's doctor: `zerolab/config/checks.py` (the checks DeepSpeed does not make). <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: removed-features-raise-pointing-to-issue-8489 -->
 
-# %% [markdown] lang="zh" en="46e5b3bb6845"
+# %% [markdown] lang="zh" en="3d0f709e472b"
 # ## 参考资料
 #
 # - DeepSpeed 0.19.8 源码：`deepspeed/runtime/zero/config.py`（取决于 stage 的 `overlap_comm`）、`deepspeed/runtime/zero/offload_config.py`（`pin_memory`）、`deepspeed/runtime/config.py`（batch 的算术关系）。
 # - DeepSpeed issue #8489：从 DeepSpeed 中移除的功能，MiCS 在其中。
-# - zerolab 的配置诊断工具：`zerolab/config/checks.py`（DeepSpeed 自己不做的那些检查）。
+# - zerolab 的配置诊断工具：`zerolab/config/checks.py`（DeepSpeed 自己不做的那些检查）。 <!-- claim: overlap-comm-default-by-stage --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: removed-features-raise-pointing-to-issue-8489 -->

@@ -53,7 +53,7 @@ print(tr(f"tiny GPT: {SPEC}; {PARAMS:,} parameters; {RANKS} ranks"))
 #
 # On CPU ranks zerolab trains in **bf16** (DeepSpeed's CPU accelerator supports bf16 everywhere; fp16 only on
 # CPUs with oneDNN fp16 kernels). bf16 takes the same 2 bytes as fp16, so the paper's mixed-precision
-# accounting applies unchanged: Adam keeps an fp32 master copy of the weights plus two fp32 moments.
+# accounting applies unchanged: Adam keeps an fp32 master copy of the weights plus two fp32 moments. <!-- claim: cpu-accelerator-bf16-always-fp16-with-onednn --> <!-- claim: mixed-precision-keeps-fp32-master-and-moments -->
 #
 # ### Exercise 1: master weights and Adam states per rank
 #
@@ -63,10 +63,10 @@ print(tr(f"tiny GPT: {SPEC}; {PARAMS:,} parameters; {RANKS} ranks"))
 # hidden tests check other sizes and rank counts against `memory.estimate`, so `memory.estimate` is off limits in
 # your cell (the test gives 0 if it is used).
 
-# %% [markdown] lang="zh" en="46cd69032095"
+# %% [markdown] lang="zh" en="298eb20c5a43"
 # ## 1. 预测：优化器这一侧
 #
-# 在 CPU rank 上，zerolab 用 **bf16** 训练（DeepSpeed 的 CPU accelerator 处处支持 bf16；fp16 只在带 oneDNN fp16 内核的 CPU 上可用）。bf16 和 fp16 一样占 2 字节，所以论文的混合精度口径照样适用：Adam 保存一份 fp32 主权重，外加两个 fp32 的矩（moment）。
+# 在 CPU rank 上，zerolab 用 **bf16** 训练（DeepSpeed 的 CPU accelerator 处处支持 bf16；fp16 只在带 oneDNN fp16 内核的 CPU 上可用）。bf16 和 fp16 一样占 2 字节，所以论文的混合精度口径照样适用：Adam 保存一份 fp32 主权重，外加两个 fp32 的矩（moment）。 <!-- claim: cpu-accelerator-bf16-always-fp16-with-onednn --> <!-- claim: mixed-precision-keeps-fp32-master-and-moments -->
 #
 # ### 练习 1：每个 rank 上的主权重和 Adam 状态
 #
@@ -183,8 +183,9 @@ for _params in (999_999_937, 13_000_000_000):
 # Adam states go to host memory (and, in the paper's accounting, from stage 2 on the gradient partition the CPU
 # optimizer consumes, as ZeRO-Offload does); with `offload_param` (stage 3 only) the parameter partition goes there
 # too. DeepSpeed 0.19.8 goes further: with any CPU optimizer offload, ZeRO-1 included, it keeps an **fp32** gradient
-# partition on the host, and with gradient accumulation also 16-bit accumulation buffers (pinned by default). The
-# measurement below shows the fp32 gradients; this exercise follows the paper.
+# partition on the host, and at stage 2 with gradient accumulation also 16-bit accumulation buffers (pinned by
+# default; stage 1 reduces only at the accumulation boundary and keeps none). The
+# measurement below shows the fp32 gradients; this exercise follows the paper. <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> <!-- claim: zero2-offload-host-accumulation-buffers --> <!-- claim: offload-pin-memory-defaults-true -->
 #
 # ### Exercise 3: accelerator bytes and host bytes per rank
 #
@@ -194,10 +195,10 @@ for _params in (999_999_937, 13_000_000_000):
 # so write it out in full: `optimizer_bytes`, `training_bytes` and `memory.estimate` are off limits in your cell (the
 # test gives 0 if it uses them). Hidden tests check other combinations.
 
-# %% [markdown] lang="zh" en="b6cd43ee306e"
+# %% [markdown] lang="zh" en="e82bea8d5231"
 # ## 3. 预测：卸载搬走了什么
 #
-# 卸载（offload）不会让一个 rank 的模型状态变小，只是把它们挪了个地方。用 `offload_optimizer` 时，主权重和 Adam 状态搬到主机内存（按论文的口径，从 stage 2 起，CPU 优化器要用的那份梯度分片也一起搬过去，ZeRO-Offload 就是这么做的）；用 `offload_param`（仅 stage 3）时，参数分片也搬过去。DeepSpeed 0.19.8 走得更远：只要开了 CPU 优化器卸载（包括 ZeRO-1），它就在主机上保留一份 **fp32** 梯度分片；有梯度累积时，还有 16 位的累积缓冲区（默认是锁页内存）。下面的实测会显示这份 fp32 梯度；本练习按论文的口径来。
+# 卸载（offload）不会让一个 rank 的模型状态变小，只是把它们挪了个地方。用 `offload_optimizer` 时，主权重和 Adam 状态搬到主机内存（按论文的口径，从 stage 2 起，CPU 优化器要用的那份梯度分片也一起搬过去，ZeRO-Offload 就是这么做的）；用 `offload_param`（仅 stage 3）时，参数分片也搬过去。DeepSpeed 0.19.8 走得更远：只要开了 CPU 优化器卸载（包括 ZeRO-1），它就在主机上保留一份 **fp32** 梯度分片；在 stage 2 有梯度累积时，还有 16 位的累积缓冲区（默认是锁页内存；stage 1 只在累积边界做归约，没有这些缓冲区）。下面的实测会显示这份 fp32 梯度；本练习按论文的口径来。 <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-param-ignored-below-stage-3 --> <!-- claim: offload-moves-the-gradient-partition-at-stage-1 --> <!-- claim: zero2-offload-host-accumulation-buffers --> <!-- claim: offload-pin-memory-defaults-true -->
 #
 # ### 练习 3：每个 rank 在加速器上和主机上的字节数
 #
@@ -263,23 +264,24 @@ for _params in (123_456_789, 70_000_000_000):
 # %% [markdown]
 # ## 4. Measure
 #
-# `run_in_notebook` starts one process per rank (it sets `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`
-# itself and picks a free port, which is why no `deepspeed` launcher is needed), trains the tiny GPT with
-# `deepspeed.initialize` for a few steps, and reads from each rank's engine what it really holds. Every rank is
-# stopped at the end, also when one fails or you interrupt the kernel.
+# `run_in_notebook` starts one process per rank (it sets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` and
+# `MASTER_PORT` itself, the five variables DeepSpeed reads when no launcher started it, and picks a free port, which
+# is why no `deepspeed` launcher is needed), trains the tiny GPT with `deepspeed.initialize` for a few steps, and
+# reads from each rank's engine what it really holds. Every rank is stopped at the end, also when one fails or you
+# interrupt the kernel.
 #
 # The offloaded run uses one compiled DeepSpeed op, CPU Adam (the optimizer step on the host). `bash
 # scripts/setup.sh` compiles it once (1-7 minutes on 2 cores) and caches it in the virtual environment's own
 # folder, `.venv/torch_extensions`; where it is not built yet (Colab, ModelScope, `~/.cache/torch_extensions`
 # there) the first offloaded run compiles it and its progress line shows the time so far. Each run prints its
-# configuration first. These cells skip themselves while nbgrader grades.
+# configuration first. These cells skip themselves while nbgrader grades. <!-- claim: deepspeed-starts-from-five-environment-variables --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: cpu-adam-compiled-on-first-use -->
 
-# %% [markdown] lang="zh" en="3d8e459acec2"
+# %% [markdown] lang="zh" en="113e0326a494"
 # ## 4. 实测
 #
-# `run_in_notebook` 为每个 rank 启动一个进程（它自己设置 `RANK`、`WORLD_SIZE`、`MASTER_ADDR`、`MASTER_PORT` 并挑一个空闲端口，所以不需要 `deepspeed` 启动器），用 `deepspeed.initialize` 把这个小 GPT 训练几步，然后从每个 rank 的引擎中读出它实际持有什么。结束时所有 rank 都会被停掉，即使某个 rank 失败或你中断了 kernel 也一样。
+# `run_in_notebook` 为每个 rank 启动一个进程（它自己设置 `RANK`、`LOCAL_RANK`、`WORLD_SIZE`、`MASTER_ADDR` 和 `MASTER_PORT`，也就是没有启动器时 DeepSpeed 读取的那五个变量，并挑一个空闲端口，所以不需要 `deepspeed` 启动器），用 `deepspeed.initialize` 把这个小 GPT 训练几步，然后从每个 rank 的引擎中读出它实际持有什么。结束时所有 rank 都会被停掉，即使某个 rank 失败或你中断了 kernel 也一样。
 #
-# 卸载优化器的那次运行要用到 DeepSpeed 的一个编译好的算子：CPU Adam（在主机上做优化器的那一步）。`bash scripts/setup.sh` 会把它编译一次（在 2 核上 1-7 分钟），并缓存到虚拟环境自己的文件夹 `.venv/torch_extensions`；在还没编译过的地方（Colab、ModelScope，那里缓存在 `~/.cache/torch_extensions`），第一次卸载运行时会编译它，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。
+# 卸载优化器的那次运行要用到 DeepSpeed 的一个编译好的算子：CPU Adam（在主机上做优化器的那一步）。`bash scripts/setup.sh` 会把它编译一次（在 2 核上 1-7 分钟），并缓存到虚拟环境自己的文件夹 `.venv/torch_extensions`；在还没编译过的地方（Colab、ModelScope，那里缓存在 `~/.cache/torch_extensions`），第一次卸载运行时会编译它，进度行会显示已用的时间。每次运行都会先打印它的配置。nbgrader 评分时，这些单元格会自动跳过。 <!-- claim: deepspeed-starts-from-five-environment-variables --> <!-- claim: offload-builds-deepspeed-cpu-adam --> <!-- claim: cpu-adam-compiled-on-first-use -->
 
 # %% [markdown]
 # DeepSpeed's CPU accelerator would also compile a shared-memory op when distributed starts. Only
@@ -328,26 +330,26 @@ if results:
 # ### What the measurement teaches
 #
 # - The optimizer side (master weights and Adam states) matches the paper to the byte: stage 1 and up divide it
-#   by the ranks, wherever it lives.
+#   by the ranks, wherever it lives. <!-- claim: optimizer-side-is-the-papers-to-the-byte --> <!-- claim: zero-stages-partition-states-then-parameters -->
 # - **Stage 1 gradients.** The paper's P_os keeps whole gradients, but DeepSpeed runs stage 1 on stage 2's code:
 #   at every gradient-accumulation boundary it reduces the gradients and keeps only its partition. The snapshot
 #   is taken after that reduction, so stage 1 looks like stage 2 here. At the peak it does not: with `overlap_comm`
 #   off, ZeRO-1 reduces only after backward has finished (`engine.allreduce_gradients`), so the full 16-bit
 #   gradients are resident from the first micro-step's backward until the backward of the micro-step that ends
-#   the accumulation window, which reduces them: a moment without gradient accumulation, the whole window with it. <!-- claim: stage1-full-gradients-until-the-boundary -->
+#   the accumulation window, which reduces them: a moment without gradient accumulation, the whole window with it. <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: stage1-runs-stage2-code-keeps-its-partition -->
 # - **fp32 gradients.** DeepSpeed's estimator counts 4 more bytes per parameter than the paper: an fp32
 #   gradient partition. Without offload it exists only inside `step()`; with optimizer offload it is resident on
-#   the host, and there is no 16-bit gradient partition instead. <!-- claim: fp32-gradient-partition-only-inside-step -->
+#   the host, and there is no 16-bit gradient partition instead. <!-- claim: fp32-gradient-partition-only-inside-step --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: offload-fp32-gradient-partition-resident -->
 # - **Peak memory** is the whole process: Python, torch, DeepSpeed, activations and buffers. For a tiny model the
 #   model states are a sliver of it; for a 13B model they are most of it. That is why lesson 01 predicts model
 #   states and why real jobs still need headroom.
 
-# %% [markdown] lang="zh" en="315638894aae"
+# %% [markdown] lang="zh" en="ff27c7c7094d"
 # ### 实测告诉了我们什么
 #
-# - 优化器这一侧（主权重和 Adam 状态）与论文精确到字节：stage 1 及以上把它除以 rank 数，无论它放在哪里。
-# - **stage 1 的梯度。** 论文的 P_os 保留完整的梯度，但 DeepSpeed 的 stage 1 跑的是 stage 2 的代码：在每个梯度累积边界，它规约梯度后只保留自己的分片。快照是在这次规约之后拍的，所以这里 stage 1 看起来和 stage 2 一样。峰值时则不然：`overlap_comm` 关闭时，ZeRO-1 要等反向传播完全结束才规约（`engine.allreduce_gradients`），所以完整的 16 位梯度从第一个微步的反向传播起一直常驻，直到结束累积窗口的那个微步在反向传播中规约它们：不做梯度累积时只是片刻，做梯度累积时则是整个累积窗口。<!-- claim: stage1-full-gradients-until-the-boundary -->
-# - **fp32 梯度。** DeepSpeed 的估算函数比论文每个参数多算 4 字节：一份 fp32 梯度分片。不卸载时它只在 `step()` 内部存在；开了优化器卸载时它常驻主机，而相应地不再有 16 位的梯度分片。<!-- claim: fp32-gradient-partition-only-inside-step -->
+# - 优化器这一侧（主权重和 Adam 状态）与论文精确到字节：stage 1 及以上把它除以 rank 数，无论它放在哪里。 <!-- claim: optimizer-side-is-the-papers-to-the-byte --> <!-- claim: zero-stages-partition-states-then-parameters -->
+# - **stage 1 的梯度。** 论文的 P_os 保留完整的梯度，但 DeepSpeed 的 stage 1 跑的是 stage 2 的代码：在每个梯度累积边界，它规约梯度后只保留自己的分片。快照是在这次规约之后拍的，所以这里 stage 1 看起来和 stage 2 一样。峰值时则不然：`overlap_comm` 关闭时，ZeRO-1 要等反向传播完全结束才规约（`engine.allreduce_gradients`），所以完整的 16 位梯度从第一个微步的反向传播起一直常驻，直到结束累积窗口的那个微步在反向传播中规约它们：不做梯度累积时只是片刻，做梯度累积时则是整个累积窗口。<!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: stage1-runs-stage2-code-keeps-its-partition -->
+# - **fp32 梯度。** DeepSpeed 的估算函数比论文每个参数多算 4 字节：一份 fp32 梯度分片。不卸载时它只在 `step()` 内部存在；开了优化器卸载时它常驻主机，而相应地不再有 16 位的梯度分片。<!-- claim: fp32-gradient-partition-only-inside-step --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: offload-fp32-gradient-partition-resident -->
 # - **峰值内存**是整个进程的：Python、torch、DeepSpeed、激活值和各种缓冲区。对小模型来说，模型状态只占其中一小片；对 13B 模型来说则占大头。这就是为什么第 01 课预测的是模型状态，而真实任务仍然需要留出余量。
 
 # %% [markdown]
@@ -355,12 +357,12 @@ if results:
 #
 # On a machine with CUDA (Colab: *Runtime > Change runtime type > T4 GPU*) the next cell runs ZeRO-2 with CPU
 # optimizer offload in fp16 on one GPU, sized to fit a 16 GB T4, and compares the GPU memory DeepSpeed allocated
-# with the prediction for the GPU: only the 16-bit parameters stay there. Without CUDA it skips itself.
+# with the prediction for the GPU: only the 16-bit parameters stay there. Without CUDA it skips itself. <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: offload-fp32-master-and-moments-on-the-host -->
 
-# %% [markdown] lang="zh" en="760be76d7a71"
+# %% [markdown] lang="zh" en="d377a60b3844"
 # ## 5. 在 GPU 上（可选）
 #
-# 在有 CUDA 的机器上（Colab：*Runtime > Change runtime type > T4 GPU*），下一个单元格在一张 GPU 上以 fp16 运行带 CPU 优化器卸载的 ZeRO-2，规模设定为能放进一张 16 GB 的 T4，并把 DeepSpeed 实际分配的显存与对 GPU 的预测作比较：只有 16 位参数留在 GPU 上。没有 CUDA 时它会自动跳过。
+# 在有 CUDA 的机器上（Colab：*Runtime > Change runtime type > T4 GPU*），下一个单元格在一张 GPU 上以 fp16 运行带 CPU 优化器卸载的 ZeRO-2，规模设定为能放进一张 16 GB 的 T4，并把 DeepSpeed 实际分配的显存与对 GPU 的预测作比较：只有 16 位参数留在 GPU 上。没有 CUDA 时它会自动跳过。 <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: offload-fp32-master-and-moments-on-the-host -->
 
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):
@@ -389,7 +391,7 @@ else:
 # boundary each rank casts its gradient partition to fp32 and copies it to the host (4 bytes a value); with
 # `gradient_accumulation_steps` above 1 every micro-step also copies the 16-bit gradients to a host accumulation
 # buffer, which comes back to be added to from the second micro-step on; after CPU Adam the updated partition comes
-# back in the training precision.
+# back in the training precision. <!-- claim: cpu-accelerator-device-is-host-memory --> <!-- claim: zero2-offload-pcie-each-step -->
 #
 # ### Exercise 4: offload bytes per rank and step
 #
@@ -399,12 +401,12 @@ else:
 # compare with zerolab's model of DeepSpeed (`zerolab.engine.deepspeed_traffic`, which the course's tests check against the
 # meter on real runs), so it and `comm.traffic` are off limits in your cell.
 
-# %% [markdown] lang="zh" en="897813f5ac6f"
+# %% [markdown] lang="zh" en="5cc4400d3e67"
 # ## 6. 先预测，再实测：卸载的数据搬运量
 #
 # 卸载还会**每一步**都搬运字节。`zerolab.run` 带有一个流量计（`zerolab.run.meter`）：它包装了 DeepSpeed 的通信后端，以及优化器的设备张量与其主机端卸载缓冲区之间的拷贝，按 rank、按优化器步统计每个方向的字节数。在 CPU rank 上，"设备"和主机是同一块内存，所以它统计的是 DeepSpeed 在两者之间做的拷贝，也就是在 GPU 上要经过 PCIe 的那些拷贝。
 #
-# DeepSpeed 0.19.8 在 ZeRO-2 加 `offload_optimizer: cpu` 时的做法（`stage_1_and_2.py`）：在累积边界，每个 rank 把自己的梯度分片转成 fp32 并拷贝到主机（每个值 4 字节）；`gradient_accumulation_steps` 大于 1 时，每个微步还要把 16 位梯度拷贝到主机上的累积缓冲区，而从第二个微步起，这个缓冲区还要拷贝回来以便累加；CPU Adam 更新之后，更新过的分片以训练精度拷贝回来。
+# DeepSpeed 0.19.8 在 ZeRO-2 加 `offload_optimizer: cpu` 时的做法（`stage_1_and_2.py`）：在累积边界，每个 rank 把自己的梯度分片转成 fp32 并拷贝到主机（每个值 4 字节）；`gradient_accumulation_steps` 大于 1 时，每个微步还要把 16 位梯度拷贝到主机上的累积缓冲区，而从第二个微步起，这个缓冲区还要拷贝回来以便累加；CPU Adam 更新之后，更新过的分片以训练精度拷贝回来。 <!-- claim: cpu-accelerator-device-is-host-memory --> <!-- claim: zero2-offload-pcie-each-step -->
 #
 # ### 练习 4：每个 rank、每步卸载的字节数
 #
@@ -464,10 +466,10 @@ for _params in (123_456, 13_000_000_000):
 # Now the run measures it: ZeRO-2, CPU optimizer offload, bf16, 3 accumulation steps, 2 ranks. The table prints the
 # meter's bytes per rank next to zerolab's exact model (which counts the whole parameters that straddle a partition
 # edge and the padding of the flat buffer), and your prediction (which uses `params / ranks`; on a tiny model the
-# edges show, on a large one they vanish).
+# edges show, on a large one they vanish). <!-- claim: zero2-offload-host-accumulation-buffers -->
 
-# %% [markdown] lang="zh" en="ce90199bf238"
-# 现在让运行来实测：ZeRO-2、CPU 优化器卸载、bf16、3 步梯度累积、2 个 rank。表中并列显示流量计测得的每个 rank 的字节数、zerolab 的精确模型（它计入跨越分片边界的完整参数，以及扁平缓冲区的填充），以及你的预测（它用的是 `params / ranks`；在小模型上边界的影响看得出来，在大模型上就可以忽略了）。
+# %% [markdown] lang="zh" en="07dddf5b822c"
+# 现在让运行来实测：ZeRO-2、CPU 优化器卸载、bf16、3 步梯度累积、2 个 rank。表中并列显示流量计测得的每个 rank 的字节数、zerolab 的精确模型（它计入跨越分片边界的完整参数，以及扁平缓冲区的填充），以及你的预测（它用的是 `params / ranks`；在小模型上边界的影响看得出来，在大模型上就可以忽略了）。 <!-- claim: zero2-offload-host-accumulation-buffers -->
 
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):
@@ -519,9 +521,9 @@ else:
 # **Q: How do you run DeepSpeed from a Jupyter notebook?**
 # A: Start the ranks yourself: set `MASTER_ADDR`, `MASTER_PORT` (a free port), `RANK`, `LOCAL_RANK` and
 # `WORLD_SIZE` for each process, start them as fresh processes (not a fork of a kernel that imported torch),
-# and make sure every rank is stopped when one fails or the cell is interrupted.
+# and make sure every rank is stopped when one fails or the cell is interrupted. <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: optimizer-side-is-the-papers-to-the-byte --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: stage1-runs-stage2-code-keeps-its-partition --> <!-- claim: fp32-gradient-partition-only-inside-step --> <!-- claim: offload-fp32-gradient-partition-resident --> <!-- claim: zero12-flat-buffer-padded-to-2n --> <!-- claim: zero3-pads-each-parameter --> <!-- claim: deepspeed-starts-from-five-environment-variables --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
-# %% [markdown] lang="zh" en="750442f45cc0"
+# %% [markdown] lang="zh" en="1a72dc22d82f"
 # ## 小结
 #
 # - 每个 rank 上，混合精度 Adam 每个参数持有 2 + 2 字节的参数和梯度，以及 4 + 8 字节的主权重和矩；ZeRO-1 把这 12 字节除以 rank 数，ZeRO-2 再加上梯度，ZeRO-3 再加上参数。真实的 DeepSpeed 引擎在优化器这一侧持有的正是这么多。
@@ -541,4 +543,4 @@ else:
 # 答：就各自统计的内容而言都对：DeepSpeed 多算了一份 4 字节的 fp32 梯度分片。不卸载时，它在优化器步内部创建并随即释放；卸载时，它常驻在主机内存中。
 #
 # **问：怎样在 Jupyter notebook 里运行 DeepSpeed？**
-# 答：自己启动各个 rank：为每个进程设置 `MASTER_ADDR`、`MASTER_PORT`（一个空闲端口）、`RANK`、`LOCAL_RANK` 和 `WORLD_SIZE`，把它们作为全新的进程启动（而不是从已经 import 了 torch 的 kernel fork 出来），并确保某个 rank 失败或单元格被中断时，所有 rank 都会被停掉。
+# 答：自己启动各个 rank：为每个进程设置 `MASTER_ADDR`、`MASTER_PORT`（一个空闲端口）、`RANK`、`LOCAL_RANK` 和 `WORLD_SIZE`，把它们作为全新的进程启动（而不是从已经 import 了 torch 的 kernel fork 出来），并确保某个 rank 失败或单元格被中断时，所有 rank 都会被停掉。 <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: optimizer-side-is-the-papers-to-the-byte --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: stage1-runs-stage2-code-keeps-its-partition --> <!-- claim: fp32-gradient-partition-only-inside-step --> <!-- claim: offload-fp32-gradient-partition-resident --> <!-- claim: zero12-flat-buffer-padded-to-2n --> <!-- claim: zero3-pads-each-parameter --> <!-- claim: deepspeed-starts-from-five-environment-variables --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->

@@ -169,16 +169,16 @@ passed("Q02")
 # the two moments; then the total is not 16 bytes. (DeepSpeed's estimator counts 4 more: the partitioned fp32
 # gradients; see Q05.)
 #
-# </details>
+# </details> <!-- claim: fp16-cannot-hold-small-updates --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
-# %% [markdown] lang="zh" en="df04432ff7a4"
+# %% [markdown] lang="zh" en="84645af5daaa"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** K 除了 Adam 的动量（momentum）和方差（variance）各 4 字节，还包括 4 字节的 fp32 **主权重**。
 # 之所以要保留这份 fp32 副本，是因为 fp16 表示不了对权重的微小更新。常见的错误是只算两个动量，
 # 那样总数就凑不出 16 字节。（DeepSpeed 的估算函数还会再多算 4 字节：切分后的 fp32 梯度；见 Q05。）
 #
-# </details>
+# </details> <!-- claim: fp16-cannot-hold-small-updates --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
 
 # %%
 if revealed("Q02"):
@@ -346,9 +346,9 @@ passed("Q05")
 # per parameter than the paper partitions (printed below), so it matches no accounting. DeepSpeed's own estimator says more than the paper, because it also counts 4 bytes per
 # parameter of partitioned fp32 gradients, and it prints GiB under the label "GB":
 #
-# </details>
+# </details> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb -->
 
-# %% [markdown] lang="zh" en="f30769596973"
+# %% [markdown] lang="zh" en="ca85e9c7d000"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 论文的 P_os+g：每张 GPU 上都有 2Ψ 的 fp16 参数，再加 (2 + K)Ψ / Nd。
@@ -356,7 +356,7 @@ passed("Q05")
 # 远少于论文切分的字节数（见下面的输出），所以它对不上任何一种口径。DeepSpeed 自己的估算函数给出的数比论文大，
 # 因为它还算上了每个参数 4 字节的切分 fp32 梯度，而且它打印的是 GiB，标签却写着 “GB”：
 #
-# </details>
+# </details> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb -->
 
 # %%
 if revealed("Q05"):
@@ -469,12 +469,14 @@ passed("Q07")
 # must gather the parameters for the forward pass and **again** for the backward pass, plus the gradient
 # reduce-scatter: 1.5x DDP (paper section 7). **A common claim**, "ZeRO-3 needs 80 communications per step for a
 # 40-layer model", counts calls, not volume, forgets the reduce-scatters, and ignores that DeepSpeed gathers per
-# submodule, coalesces prefetches into buckets and keeps small parameters resident; the call count depends on the
-# implementation, the volume does not.
+# submodule, coalesces prefetches into buckets and keeps small parameters resident. The call count depends on the
+# implementation, and below the paper's 3Ψ so does the volume: once its first step has recorded the order of the
+# submodules, DeepSpeed keeps gathered from forward into backward the parameters it will use again soon
+# (`stage3_max_reuse_distance`, `stage3_max_live_parameters`), and gathers again only those beyond that distance.
 #
-# </details>
+# </details> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: stage3-small-parameters-stay-whole --> <!-- claim: zero3-gathers-again-for-backward -->
 
-# %% [markdown] lang="zh" en="1be080d616f0"
+# %% [markdown] lang="zh" en="445681661ceb"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 按题目要求的论文口径：DDP 的 all-reduce 等于一次 reduce-scatter（Ψ）加一次 all-gather（Ψ），
@@ -484,10 +486,11 @@ passed("Q07")
 # （第 03 课；两种口径都打印在下面）。ZeRO-3 前向时要收集一次参数，反向时**还要**再收集一次，
 # 再加上梯度的 reduce-scatter：是 DDP 的 1.5 倍（论文第 7 节）。
 # **常见说法**“40 层的模型用 ZeRO-3 每步要通信 80 次”数的是调用次数而不是通信量，漏掉了 reduce-scatter，
-# 也忽略了 DeepSpeed 是按子模块收集参数、把预取合并进桶里、并让小参数常驻的；调用次数取决于实现，
-# 通信量则不取决于实现。
+# 也忽略了 DeepSpeed 是按子模块收集参数、把预取合并进桶里、并让小参数常驻的。调用次数取决于实现，
+# 通信量在论文的 3Ψ 以内也取决于实现：DeepSpeed 在第一步记录下子模块的顺序之后，会把很快要再用到的参数
+# 从前向一直保留到反向（`stage3_max_reuse_distance`、`stage3_max_live_parameters`），只有超出这个距离的参数才再收集一次。
 #
-# </details>
+# </details> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: stage3-small-parameters-stay-whole --> <!-- claim: zero3-gathers-again-for-backward -->
 
 # %%
 if revealed("Q07"):
@@ -557,9 +560,9 @@ passed("Q08")
 # (`use_multi_rank_bucket_allreduce: true`) each bucket is all-reduced, in `stage_1_and_2.py`'s `average_tensor`; the
 # paper and zerolab count the reduce-scatter volume. Per optimizer step the volume grows with the accumulation steps:
 #
-# </details>
+# </details> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
-# %% [markdown] lang="zh" en="c93207b0d6eb"
+# %% [markdown] lang="zh" en="9e1bbbf19d1c"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** ZeRO-1 在每张 GPU 上都保留完整的梯度，所以可以先在本地把各个微步的梯度累加起来，
@@ -572,7 +575,7 @@ passed("Q08")
 # 见 `stage_1_and_2.py` 的 `average_tensor`；论文和 zerolab 统计的是 reduce-scatter 的通信量。
 # 每个优化器步的通信量随累积步数增长：
 #
-# </details>
+# </details> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
 # %%
 if revealed("Q08"):
@@ -584,13 +587,13 @@ if revealed("Q08"):
 #
 # ZeRO-2 reduces gradients in buckets of `reduce_bucket_size` elements (default 5e8) as the backward pass produces
 # them. How many buckets does one backward pass of a 13B model fill, at least (if gradients packed the buckets
-# exactly)? Set `Q09` to an int.
+# exactly)? Set `Q09` to an int. <!-- claim: zero-bucket-settings-default --> <!-- claim: zero2-reduces-buckets-during-backward -->
 
-# %% [markdown] lang="zh" en="a2b03a2d3f1f"
+# %% [markdown] lang="zh" en="2005a27dd53d"
 # ## Q09：分桶（1 分）
 #
 # ZeRO-2 在反向传播产生梯度的同时，按每桶 `reduce_bucket_size` 个元素（默认 5e8）分桶归约梯度。
-# 13B 模型的一次反向传播至少要填满多少个桶（假设梯度恰好把桶装满）？把 `Q09` 设为一个 int。
+# 13B 模型的一次反向传播至少要填满多少个桶（假设梯度恰好把桶装满）？把 `Q09` 设为一个 int。 <!-- claim: zero-bucket-settings-default --> <!-- claim: zero2-reduces-buckets-during-backward -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex9_buckets", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -622,9 +625,9 @@ passed("Q09")
 # bucket is reduced while backward keeps producing the next (with `overlap_comm`). Smaller buckets mean more,
 # smaller calls and less buffer memory:
 #
-# </details>
+# </details> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: bucket-sizes-count-elements -->
 
-# %% [markdown] lang="zh" en="8e0f0d213d31"
+# %% [markdown] lang="zh" en="e367f40f446d"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 13e9 个梯度元素，每桶 5e8 个元素，这是下限：当下一个参数会让桶溢出时，
@@ -632,7 +635,7 @@ passed("Q09")
 # 桶大小按元素个数计，不是字节数；开启 `overlap_comm` 时，每装满一个桶就开始归约，反向传播同时继续填下一个桶。
 # 桶越小，调用次数越多、每次的数据越少，缓冲区占用的显存也越少：
 #
-# </details>
+# </details> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: bucket-sizes-count-elements -->
 
 # %%
 if revealed("Q09"):
@@ -698,11 +701,11 @@ passed("Q10")
 # the reduce-scatter and the parameter all-gathers to side streams instead. **A common claim** puts it at
 # "4.5x the bucket size, 9GB at the defaults": that comes from a 2020 multiplier removed in 2021 (lesson 04).
 # What 0.19.8 allocates for gradient buckets at the default size, in fp16:
-# <!-- claim: overlap-comm-default-by-stage -->
+# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: zero3-overlap-comm-uses-side-streams --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: zero12-bucket-buffers-no-4-5x -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="77c6aae52cbb"
+# %% [markdown] lang="zh" en="d3dc2da91e61"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** stage 2 及以下默认关闭，stage 3 默认开启：`deepspeed/runtime/zero/config.py` 里有一个校验器：不写这个键时，
@@ -712,7 +715,7 @@ passed("Q10")
 # 它则是把 reduce-scatter 和参数的 all-gather 放到单独的 stream 上。**常见说法**称它要占“4.5 倍桶大小，
 # 默认配置下 9GB”：这来自 2020 年的一个系数，2021 年就删掉了（第 04 课）。0.19.8 在默认桶大小、
 # fp16 下为梯度桶分配的显存：
-# <!-- claim: overlap-comm-default-by-stage -->
+# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: overlap-comm-reduces-on-a-side-stream-during-backward --> <!-- claim: zero3-overlap-comm-uses-side-streams --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: zero12-bucket-buffers-no-4-5x -->
 #
 # </details>
 
@@ -784,9 +787,9 @@ passed("Q11")
 # micro-step also sends the fp16 gradients to a host accumulation buffer, which comes back to be added from the
 # second micro-step on. At PCIe speeds this takes:
 #
-# </details>
+# </details> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: offload-builds-deepspeed-cpu-adam -->
 
-# %% [markdown] lang="zh" en="3ffd574f0ceb"
+# %% [markdown] lang="zh" en="9ffef80b230b"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案**（DeepSpeed 0.19.8 的口径，由 `zerolab.run.meter` 在实际运行中实测）。
@@ -796,7 +799,7 @@ passed("Q11")
 # 每个微步还要把 fp16 梯度送到主机上的累积缓冲区，从第二个微步起，它又要传回来参与累加。按 PCIe 的速度，
 # 这些传输需要：
 #
-# </details>
+# </details> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: offload-builds-deepspeed-cpu-adam -->
 
 # %%
 if revealed("Q11"):
@@ -818,13 +821,13 @@ if revealed("Q11"):
 #
 # With the optimizer offloaded, the host holds the fp32 state DeepSpeed's CPU Adam works on: fp32 gradients, fp32
 # master weights, momentum and variance. For a 13B model, how many GB is that (on one node, before any buffers)?
-# Set `Q12` to a number of GB.
+# Set `Q12` to a number of GB. <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-builds-deepspeed-cpu-adam -->
 
-# %% [markdown] lang="zh" en="04a1fbd73ccd"
+# %% [markdown] lang="zh" en="f2dead500320"
 # ## Q12：卸载需要的主机内存（1 分）
 #
 # 卸载优化器后，主机上保存着 DeepSpeed 的 CPU Adam 要用的 fp32 状态：fp32 梯度、fp32 主权重、动量和方差。
-# 对 13B 模型，这些一共占多少 GB（单节点，不计任何缓冲区）？把 `Q12` 设为 GB 数。
+# 对 13B 模型，这些一共占多少 GB（单节点，不计任何缓冲区）？把 `Q12` 设为 GB 数。 <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: offload-builds-deepspeed-cpu-adam -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex12_host_ram", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -859,9 +862,9 @@ passed("Q12")
 # name, so for several nodes it over-estimates each node (lesson 04's references). Offload's first
 # failure is usually the host, not the GPU: processes killed with exit code -9.
 #
-# </details>
+# </details> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: zero2-estimator-host-counts-every-nodes-gpus -->
 
-# %% [markdown] lang="zh" en="d7ea917aa0c6"
+# %% [markdown] lang="zh" en="3a9f71f8dea1"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 每个参数 4 + 4 + 4 + 4 字节。这只是下限：
@@ -872,7 +875,7 @@ passed("Q12")
 # 而不是其文档所说的每节点 GPU 数，所以多节点时它会高估每个节点的需求（见第 04 课的参考资料）。
 # 卸载最先出问题的通常是主机而不是 GPU：进程被杀，退出码 -9。
 #
-# </details>
+# </details> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: zero2-estimator-offload-host-rule --> <!-- claim: zero2-estimator-host-counts-every-nodes-gpus -->
 
 # %%
 if revealed("Q12"):
@@ -939,9 +942,9 @@ passed("Q13")
 # allocator, DeepSpeed's default path, rounds each buffer up to the next power of two. Since a 2026 DeepSpeed change the default is true (older tutorials say false). Because pinned pages cannot be
 # paged out, small hosts (free Colab, WSL2) run out of memory with it; there set `pin_memory: false`.
 #
-# </details>
+# </details> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: offload-pin-memory-defaults-true -->
 
-# %% [markdown] lang="zh" en="8d98a15565f8"
+# %% [markdown] lang="zh" en="53524322d52d"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 锁页（pinned）内存不会被换出，所以 GPU 可以通过 DMA 从中异步、全速地拷贝；
@@ -950,7 +953,7 @@ passed("Q13")
 # 自 2026 年 DeepSpeed 的一次改动起，默认值是 true（较早的教程写的是 false）。由于锁页内存无法换出，
 # 内存小的主机（免费版 Colab、WSL2）开着它会内存不足；这时请设置 `pin_memory: false`。
 #
-# </details>
+# </details> <!-- claim: offload-pin-memory-pins-the-host-buffers --> <!-- claim: offload-pin-memory-defaults-true -->
 
 # %% [markdown]
 # ## Q14: fp16 or bf16 (1 point)
@@ -1000,16 +1003,16 @@ passed("Q14")
 # capability 8.0) on. Older cards (T4, V100) train in fp16 with dynamic loss scaling. Both use 2 bytes, so memory is
 # the same. Enabling both is an error ("bfloat16 and fp16 modes cannot be simultaneously enabled").
 #
-# </details>
+# </details> <!-- claim: bf16-and-fp16-take-2-bytes --> <!-- claim: fp16-loss-scale-zero-is-dynamic --> <!-- claim: bf16-overflows-a-little-below-fp32s-largest-value --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
 
-# %% [markdown] lang="zh" en="a100267b0a6e"
+# %% [markdown] lang="zh" en="efa9322cbbe8"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** bf16 保留了 fp32 的指数范围，所以不需要损失缩放；从 Ampere（计算能力 8.0）开始它才跑得快。
 # 更老的卡（T4、V100）用 fp16 加动态损失缩放来训练。两者都占 2 字节，所以显存占用相同。
 # 两者同时启用会报错（“bfloat16 and fp16 modes cannot be simultaneously enabled”）。
 #
-# </details>
+# </details> <!-- claim: bf16-and-fp16-take-2-bytes --> <!-- claim: fp16-loss-scale-zero-is-dynamic --> <!-- claim: bf16-overflows-a-little-below-fp32s-largest-value --> <!-- claim: config-refuses-fp16-with-bf16-and-mics -->
 
 # %% [markdown]
 # ## Q15: batch arithmetic (1 point)
@@ -1055,9 +1058,9 @@ passed("Q15")
 # sequence-parallel degree). Here 16 GPUs in pairs make 8 replicas. When DeepSpeed derives a missing value it uses
 # floor division, so a global batch that does not divide fails its own check (lesson 04).
 #
-# </details>
+# </details> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: batch-term-derived-by-floor-division -->
 
-# %% [markdown] lang="zh" en="2c7399b761a4"
+# %% [markdown] lang="zh" en="b51f6eb0829e"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** DeepSpeed 检查的是 `train_batch_size == micro batch x gradient_accumulation_steps x world size`，
@@ -1065,21 +1068,21 @@ passed("Q15")
 # 这里 16 张 GPU 两两一组，构成 8 个副本。DeepSpeed 推算没有给出的那个值时用的是向下取整的除法，
 # 所以全局 batch 除不尽时，会通不过它自己的检查（第 04 课）。
 #
-# </details>
+# </details> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: batch-term-derived-by-floor-division -->
 
 # %% [markdown]
 # ## Q16: FSDP and ZeRO (1 point)
 #
 # PyTorch FSDP's sharding strategies roughly match ZeRO stages. Set `Q16` to
 # `{"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}` with the ZeRO stage (an int, 0 for plain data
-# parallelism) closest to each.
+# parallelism) closest to each. <!-- claim: fsdp-strategies-and-zero-stages -->
 
-# %% [markdown] lang="zh" en="81c2eb5579a3"
+# %% [markdown] lang="zh" en="6e9e5c5d5e65"
 # ## Q16：FSDP 与 ZeRO（1 分）
 #
 # PyTorch FSDP 的几种切分策略（sharding strategy）大致对应 ZeRO 的各个 stage。
 # 把 `Q16` 设为 `{"FULL_SHARD": ..., "SHARD_GRAD_OP": ..., "NO_SHARD": ...}`，
-# 值为与每种策略最接近的 ZeRO stage（int，普通数据并行记为 0）。
+# 值为与每种策略最接近的 ZeRO stage（int，普通数据并行记为 0）。 <!-- claim: fsdp-strategies-and-zero-stages -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex16_fsdp", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -1121,9 +1124,9 @@ passed("Q16")
 # `ZeroRedundancyOptimizer` is its counterpart. FSDP2's `fully_shard` replaces the enum with
 # `reshard_after_forward` (True ≈ `FULL_SHARD`, False ≈ `SHARD_GRAD_OP`).
 #
-# </details>
+# </details> <!-- claim: fsdp-strategies-and-zero-stages --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: fsdp-hybrid-shard-within-a-node --> <!-- claim: zero-redundancy-optimizer-shards-only-states --> <!-- claim: fsdp2-reshard-after-forward -->
 
-# %% [markdown] lang="zh" en="baa1bcce3a2f"
+# %% [markdown] lang="zh" en="975397b9145d"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** `FULL_SHARD` ≈ ZeRO-3，`SHARD_GRAD_OP` ≈ ZeRO-2，
@@ -1134,7 +1137,7 @@ passed("Q16")
 # FSDP2 的 `fully_shard` 用 `reshard_after_forward` 取代了这个枚举（True ≈ `FULL_SHARD`，
 # False ≈ `SHARD_GRAD_OP`）。
 #
-# </details>
+# </details> <!-- claim: fsdp-strategies-and-zero-stages --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: fsdp-hybrid-shard-within-a-node --> <!-- claim: zero-redundancy-optimizer-shards-only-states --> <!-- claim: fsdp2-reshard-after-forward -->
 
 # %% [markdown]
 # ## Q17: activations and sequence length (1 point)
@@ -1203,9 +1206,9 @@ passed("Q17")
 # between 2 and 4, closer to 4 the longer the sequence. A fused ("flash") attention keeps no scores, and then the
 # answer is exactly 2; so does selective recomputation, which recomputes the scores in backward (the cell below).
 #
-# </details>
+# </details> <!-- claim: fused-attention-keeps-no-scores -->
 
-# %% [markdown] lang="zh" en="3ca475bc8b38"
+# %% [markdown] lang="zh" en="b77b5ec976d4"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 大于 2 倍、小于 4 倍。论文按每层 sbh(34 + 5as/h) 字节计算：34sbh 这部分（线性层的输入、norm、GeLU）随 s 增长，
@@ -1213,7 +1216,7 @@ passed("Q17")
 # 序列越长越接近 4。融合（“flash”）注意力不保留分数，这时答案正好是 2；选择性重计算在反向时重算分数，
 # 答案同样是 2（见下面的单元格）。
 #
-# </details>
+# </details> <!-- claim: fused-attention-keeps-no-scores -->
 
 # %%
 if revealed("Q17"):
@@ -1231,14 +1234,14 @@ if revealed("Q17"):
 #
 # Llama 2 7B (32 layers, hidden 4096) trains in bf16 with sequences of 4096 tokens, micro-batch 1 and full
 # activation recomputation (activation checkpointing): during forward each layer keeps only its input. How many
-# GB (10^9 bytes) do those kept inputs take on each GPU, all layers together? Set `Q18` to a number of GB.
+# GB (10^9 bytes) do those kept inputs take on each GPU, all layers together? Set `Q18` to a number of GB. <!-- claim: checkpoint-keeps-only-each-layer-input -->
 
-# %% [markdown] lang="zh" en="743ea7b1d49f"
+# %% [markdown] lang="zh" en="0c8f1630c0a9"
 # ## Q18：激活检查点留下了什么（1 分）
 #
 # Llama 2 7B（32 层，hidden 4096）用 bf16 训练，序列长度 4096 个 token，微批次 1，
 # 做完全的激活重计算（激活检查点）：前向时每层只保留自己的输入。所有层加起来，
-# 这些保留的输入在每张 GPU 上占多少 GB（10^9 字节）？把 `Q18` 设为 GB 数。
+# 这些保留的输入在每张 GPU 上占多少 GB（10^9 字节）？把 `Q18` 设为 GB 数。 <!-- claim: checkpoint-keeps-only-each-layer-input -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex18_checkpointed_inputs", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -1274,9 +1277,9 @@ passed("Q18")
 # the peak is that plus one layer's worth (`zerolab.engine.activations` counts it as `working`). Full recomputation costs
 # about one more forward pass, roughly a third more compute (the cell below prints both).
 #
-# </details>
+# </details> <!-- claim: checkpoint-recomputes-each-layer-in-backward -->
 
-# %% [markdown] lang="zh" en="5f3509c73190"
+# %% [markdown] lang="zh" en="a00bac02598f"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 论文里每层 2sbh 字节，合计 2sbhL（第 4.2 节）。这是前向和反向之间一直保留的部分；反向传播时，
@@ -1284,7 +1287,7 @@ passed("Q18")
 # 所以峰值是这部分再加上一层的量（`zerolab.engine.activations` 把它记作 `working`）。完全重计算大约要多跑一次前向，
 # 也就是多出约三分之一的计算量（下面的单元格把两种情况都打印出来）。
 #
-# </details>
+# </details> <!-- claim: checkpoint-recomputes-each-layer-in-backward -->
 
 # %%
 if revealed("Q18"):
@@ -1309,9 +1312,8 @@ if revealed("Q18"):
 #   whole vocabulary
 #
 # Set `Q19` to a letter.
-# <!-- claim: hf-llama-attention-output-once -->
 
-# %% [markdown] lang="zh" en="41199d27a34b"
+# %% [markdown] lang="zh" en="6aab241b259d"
 # ## Q19：估算说放得下（1 分）
 #
 # 某个显存计算器按 Megatron 论文的口径统计激活值，它说你的 Llama 2 7B 微调在 ZeRO-3、不卸载、不重计算、
@@ -1324,7 +1326,6 @@ if revealed("Q18"):
 #   fp32 副本），而且反向传播一开始就有损失在整个词表上的 fp32 梯度
 #
 # 把 `Q19` 设为一个字母。
-# <!-- claim: hf-llama-attention-output-once -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex19_estimate_said_it_fits", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
@@ -1366,21 +1367,23 @@ passed("Q19")
 # %% [markdown]
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
-# **Answer.** D. The optimizer states are partitioned when the engine is built, and every stage counts the
+# **Answer.** D. The optimizer states are partitioned when the engine is built (each rank's optimizer is given only
+# its fp32 partition; Adam's moments, made at the first step, are partition-sized), and every stage counts the
 # gradients; what the calculator got wrong is whose code keeps the activations. `zerolab fit` counts Hugging Face's
 # code for Llama-family models, checked against simulations of the whole models (`docs/fit_ledger.md`); the cell
 # below sets the two accountings side by side on eight 48 GB GPUs.
 #
-# </details>
+# </details> <!-- claim: zero-partitions-optimizer-states-at-initialize --> <!-- claim: hf-rmsnorm-keeps-fp32-input --> <!-- claim: hf-causal-lm-loss-fp32-vocabulary-gradient --> <!-- claim: hf-llama-attention-output-once -->
 
-# %% [markdown] lang="zh" en="5626c594da6d"
+# %% [markdown] lang="zh" en="08c139eeeb5a"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案。** D。优化器状态在构建引擎时就已切分，每个 stage 也都统计了梯度；计算器错在激活值由谁的代码保存。
+# **答案。** D。优化器状态在构建引擎时就已切分（每个 rank 的优化器只拿到自己的 fp32 分片；
+# Adam 的动量在第一步才创建，也只有分片大小），每个 stage 也都统计了梯度；计算器错在激活值由谁的代码保存。
 # 对 Llama 系列模型，`zerolab fit` 按 Hugging Face 的代码统计，并与整个模型的模拟结果核对过（`docs/fit_ledger.md`）；
 # 下面的单元格在 8 张 48 GB 的 GPU 上把两种口径并列。
 #
-# </details>
+# </details> <!-- claim: zero-partitions-optimizer-states-at-initialize --> <!-- claim: hf-rmsnorm-keeps-fp32-input --> <!-- claim: hf-causal-lm-loss-fp32-vocabulary-gradient --> <!-- claim: hf-llama-attention-output-once -->
 
 # %%
 if revealed("Q19"):
@@ -1457,17 +1460,17 @@ passed("Q20")
 # parameters are the empty placeholders ZeRO-3 leaves in the module. One level up, in the folder given to
 # `save_checkpoint`, `latest` names the tag and DeepSpeed's `zero_to_fp32.py` (copied there) rebuilds the whole
 # fp32 model from the optimizer files. Lesson 09 lists the real files and their bytes.
-# <!-- claim: ckpt-latest-beside-the-tag-folder -->
+# <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions --> <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="27da954f0ad3"
+# %% [markdown] lang="zh" en="6321e7609268"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** A。每个 rank 写下自己持有的内容：它那一份 fp32 主权重和 Adam 动量放在自己的优化器文件里（每个参数 12 字节，再除以 rank 数）；
 # 模型状态文件里的参数则是 ZeRO-3 留在模块里的空占位张量。上一层、也就是传给 `save_checkpoint` 的文件夹里，`latest` 记下 tag，
 # DeepSpeed 复制到那里的 `zero_to_fp32.py` 能从优化器文件重建整个 fp32 模型。第 09 课会列出真实的文件和字节数。
-# <!-- claim: ckpt-latest-beside-the-tag-folder -->
+# <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions --> <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master -->
 #
 # </details>
 
@@ -1528,19 +1531,21 @@ passed("Q21")
 #
 # **Answer.** B. A ZeRO checkpoint stores each rank's flat partition, cut for the number of ranks that saved it,
 # and DeepSpeed refuses to load it on another. `ds_to_universal` rewrites it as one file per parameter (its fp32
-# weights and each Adam moment); with `load_universal` every rank takes its own slice for the new number of
+# weights and each Adam moment; a plain model's stage 1-2 save lacks the `universal_checkpoint_info` it needs, which
+# `--inject_missing_state` adds); with `load_universal` every rank takes its own slice for the new number of
 # ranks, and training continues with its optimizer state. Lesson 09 resumes a 2-rank checkpoint on 3 ranks this way.
 #
-# </details>
+# </details> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: universal-checkpoint-per-parameter --> <!-- claim: universal-info-needed-at-stages-1-2 -->
 
-# %% [markdown] lang="zh" en="1d63560cdb49"
+# %% [markdown] lang="zh" en="b746a738a99c"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** B。ZeRO 检查点保存的是每个 rank 的扁平分片，按保存时的 rank 数切分，DeepSpeed 拒绝在别的 rank 数上加载它。
-# `ds_to_universal` 把它改写成每个参数一个文件（fp32 权重和每个 Adam 动量）；打开 `load_universal` 后，每个 rank 按新的 rank 数取自己那一份，
+# `ds_to_universal` 把它改写成每个参数一个文件（fp32 权重和每个 Adam 动量；普通模型在 stage 1-2 的保存里缺少它需要的
+# `universal_checkpoint_info`，加上 `--inject_missing_state` 就会补上）；打开 `load_universal` 后，每个 rank 按新的 rank 数取自己那一份，
 # 训练带着优化器状态继续。第 09 课就是这样把 2 个 rank 的检查点在 3 个 rank 上恢复的。
 #
-# </details>
+# </details> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: universal-checkpoint-per-parameter --> <!-- claim: universal-info-needed-at-stages-1-2 -->
 
 # %% [markdown]
 # ## Q22: an empty ZeRO-3 save (1 point)
@@ -1603,21 +1608,22 @@ passed("Q22")
 # <details><summary>Answer: open it once your test cell says "Right."</summary>
 #
 # **Answer.** C. Outside forward and backward a ZeRO-3 rank keeps only its shard; the module's parameters are
-# empty placeholders, and `state_dict()` saves those. Set `stage3_gather_16bit_weights_on_model_save` to true and
+# empty placeholders (all but the small ones, of at most `stage3_param_persistence_threshold` elements, 100,000 by
+# default, which stay whole), and `state_dict()` saves those. Set `stage3_gather_16bit_weights_on_model_save` to true and
 # save with `engine.save_16bit_model(dir)`, which gathers the whole 16-bit model on rank 0 (the flag changes what
 # that call writes, not what `state_dict()` returns), or consolidate a checkpoint with `zero_to_fp32`
 # (`zerolab ckpt consolidate`). Lesson 09 shows the failure for real.
-# <!-- claim: zero3-state-dict-holds-placeholders -->
+# <!-- claim: zero3-state-dict-holds-placeholders --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: save-16bit-model-whole-and-gather-flag --> <!-- claim: stage3-small-parameters-stay-whole -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="1c9111ed84ca"
+# %% [markdown] lang="zh" en="7307b2f72f05"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
-# **答案。** C。在前向和反向之外，ZeRO-3 的每个 rank 只保留自己的分片；模块里的参数是空的占位张量，`state_dict()` 保存的就是它们。
+# **答案。** C。在前向和反向之外，ZeRO-3 的每个 rank 只保留自己的分片；模块里的参数是空的占位张量（只有元素数不超过 `stage3_param_persistence_threshold`（默认 100,000）的小参数保持完整），`state_dict()` 保存的就是它们。
 # 把 `stage3_gather_16bit_weights_on_model_save` 设为 true，并用 `engine.save_16bit_model(dir)` 保存，它会在 rank 0 上收集完整的 16 位模型（这个开关改变的是这次调用写出的内容，而不是 `state_dict()` 的返回值）；
 # 或者用 `zero_to_fp32`（`zerolab ckpt consolidate`）合并检查点。第 09 课会真实地演示这个失败。
-# <!-- claim: zero3-state-dict-holds-placeholders -->
+# <!-- claim: zero3-state-dict-holds-placeholders --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: save-16bit-model-whole-and-gather-flag --> <!-- claim: stage3-small-parameters-stay-whole -->
 #
 # </details>
 
@@ -1638,10 +1644,10 @@ passed("Q22")
 # - Activations are not partitioned: each GPU keeps those of its own micro-batch. They grow with the sequence
 #   length, faster where attention keeps its s x s scores; full recomputation keeps only each layer's input.
 # - A ZeRO checkpoint is one optimizer file per rank, cut for that number of ranks: `zero_to_fp32` consolidates it,
-#   `ds_to_universal` + `load_universal` resume it on another number; a ZeRO-3 module saves empty placeholders
-#   unless its 16-bit weights are gathered on save.
+#   `ds_to_universal` + `load_universal` resume it on another number; a ZeRO-3 module's `state_dict()` holds empty
+#   placeholders, and `save_16bit_model` with `stage3_gather_16bit_weights_on_model_save` gathers its 16-bit weights. <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero3-communicates-every-micro-step --> <!-- claim: overlap-comm-default-by-stage --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: fsdp-strategies-and-zero-stages --> <!-- claim: zero-does-not-partition-activations --> <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: checkpoint-keeps-only-each-layer-input --> <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: universal-checkpoint-per-parameter --> <!-- claim: zero3-state-dict-holds-placeholders --> <!-- claim: save-16bit-model-whole-and-gather-flag --> <!-- claim: zero12-bucket-buffers-no-4-5x -->
 
-# %% [markdown] lang="zh" en="fe27875e2c8a"
+# %% [markdown] lang="zh" en="0842560424b3"
 # ## 小结
 #
 # - 每个参数 16 字节：2 字节 fp16 参数 + 2 字节 fp16 梯度 + K = 12（fp32 主权重、动量、方差）。
@@ -1657,7 +1663,8 @@ passed("Q22")
 # - 激活值不切分：每张 GPU 保留自己那个微批次的激活值。它们随序列长度增长，注意力保留 s x s 分数时增长得更快；
 #   完全重计算只保留每一层的输入。
 # - ZeRO 检查点是每个 rank 一个优化器文件，按保存时的 rank 数切分：`zero_to_fp32` 把它合并，
-#   `ds_to_universal` 加 `load_universal` 让它在别的 rank 数上恢复；ZeRO-3 的模块若保存时不收集 16 位权重，存下的只是空占位张量。
+#   `ds_to_universal` 加 `load_universal` 让它在别的 rank 数上恢复；ZeRO-3 模块的 `state_dict()` 只有空占位张量，
+#   开启 `stage3_gather_16bit_weights_on_model_save` 后用 `save_16bit_model` 保存才会收集 16 位权重。 <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero2-reduces-gradients-every-micro-step --> <!-- claim: zero3-communicates-every-micro-step --> <!-- claim: overlap-comm-default-by-stage --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 --> <!-- claim: offload-keeps-16-bit-params-on-the-device --> <!-- claim: offload-fp32-master-and-moments-on-the-host --> <!-- claim: zero2-offload-pcie-each-step --> <!-- claim: offload-pin-memory-defaults-true --> <!-- claim: batch-world-size-is-data-parallel --> <!-- claim: fsdp-strategies-and-zero-stages --> <!-- claim: zero-does-not-partition-activations --> <!-- claim: fused-attention-keeps-no-scores --> <!-- claim: checkpoint-keeps-only-each-layer-input --> <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: universal-checkpoint-per-parameter --> <!-- claim: zero3-state-dict-holds-placeholders --> <!-- claim: save-16bit-model-whole-and-gather-flag --> <!-- claim: zero12-bucket-buffers-no-4-5x -->
 
 # %% [markdown]
 # ## References

@@ -21,9 +21,9 @@
 # small model on its own rows of the batch. They compare the result with one process running
 # `torch.optim.AdamW` on the full batch, and measure inside each rank what it holds and what it sends. Each test has
 # hidden parts (other world sizes and hyper-parameters). While nbgrader grades, the demonstration cells that no test
-# needs (the side-by-side runs, the prefetch comparison) skip themselves with one line.
+# needs (the side-by-side runs, the prefetch comparison) skip themselves with one line. <!-- claim: zero12-flat-buffer-padded-to-2n --> <!-- claim: zero-stages-train-like-adamw -->
 
-# %% [markdown] lang="zh" en="58a3caa28c84"
+# %% [markdown] lang="zh" en="bb0b2de59019"
 # ## 学习目标
 #
 # 到目前为止，你配置过 ZeRO，也预测过它的行为。这一课你要亲手实现它，只用普通的 `torch.distributed`：
@@ -36,7 +36,7 @@
 # - 加上混合精度：bf16 计算、fp32 主权重分片、按全局范数裁剪；
 # - 把你的 ZeRO-1/2/3 与 DeepSpeed 的 stage 1-3 和 PyTorch 的 FSDP2 放在一起实测，并解释每一处差异。
 #
-# 测试会**在真实的进程上运行你的单元格**：在这台 CPU 上起 2 或 3 个 rank，通过 gloo 连接，每个 rank 用 batch 中属于自己的那些行训练同一个小模型。测试把结果与单个进程在完整 batch 上运行 `torch.optim.AdamW` 的结果相比较，并在每个 rank 内部实测它持有什么、发送什么。每个测试都有隐藏部分（其他总进程数和超参数）。nbgrader 评分时，没有测试依赖的演示单元格（并排对比的运行、预取的对比）会自动跳过，只打印一行说明。
+# 测试会**在真实的进程上运行你的单元格**：在这台 CPU 上起 2 或 3 个 rank，通过 gloo 连接，每个 rank 用 batch 中属于自己的那些行训练同一个小模型。测试把结果与单个进程在完整 batch 上运行 `torch.optim.AdamW` 的结果相比较，并在每个 rank 内部实测它持有什么、发送什么。每个测试都有隐藏部分（其他总进程数和超参数）。nbgrader 评分时，没有测试依赖的演示单元格（并排对比的运行、预取的对比）会自动跳过，只打印一行说明。 <!-- claim: zero12-flat-buffer-padded-to-2n --> <!-- claim: zero-stages-train-like-adamw -->
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -68,14 +68,14 @@ from zerolab.base.i18n import tr
 # a share (a small group, such as 7 elements on 3 ranks) the last ranks own no element at all. The course's own tests
 # check this rule against the partitions DeepSpeed's stage-1 and stage-2 optimizers build on 2 and 3 ranks.
 #
-# The model every test trains has these parameters (element counts, in `model.parameters()` order):
+# The model every test trains has these parameters (element counts, in `model.parameters()` order): <!-- claim: zero12-flat-buffer-padded-to-2n -->
 
-# %% [markdown] lang="zh" en="3750a7d1fc38"
+# %% [markdown] lang="zh" en="cb3d32b6474c"
 # ## 1. 谁拥有什么
 #
 # DeepSpeed 的 ZeRO-1 和 ZeRO-2 把每个参数组展平成一个长缓冲区，填充到 **2N** 的整数倍（N 是总进程数 world size：DeepSpeed 0.19.8 在 `stage_1_and_2.py` 中设 `nccl_start_alignment_factor = 2`，让每个分片的起点落在 16 位数值的 4 字节边界上），然后把第 r 个等长的分片交给 rank r。一个分片可以从某个参数的中间开始或结束，所以一个 rank 拥有的是一组区间，每个区间是某个参数展平后元素的一段。填充部分位于缓冲区的末尾，不属于任何参数：最后一个分片较短；当填充比一个分片还长时（参数组很小，例如 3 个 rank 上只有 7 个元素），最后几个 rank 一个元素也不拥有。课程自己的测试会把这条规则与 DeepSpeed 的 stage-1 和 stage-2 优化器在 2 个和 3 个 rank 上实际构建的切分相比较。
 #
-# 每个测试训练的模型有下面这些参数（元素个数，按 `model.parameters()` 的顺序）：
+# 每个测试训练的模型有下面这些参数（元素个数，按 `model.parameters()` 的顺序）： <!-- claim: zero12-flat-buffer-padded-to-2n -->
 
 # %%
 numels = fixed.numels(fixed.build())
@@ -90,12 +90,12 @@ print(tr(f"{sum(numels)} elements in {len(numels)} parameters {numels}"))
 # by N, cut at the parameters' boundaries. The tests check properties on many inputs: every element owned exactly
 # once, each rank's ranges one contiguous piece in rank order, DeepSpeed's share sizes (only the last shares short or
 # empty), and the same answer every time. Off limits: the course's own partition (`zerolab.handmade`: `flat_partition`,
-# `share_size`) and the grading modules (`grade`, `verdict`); a cell that uses them scores 0.
+# `share_size`) and the grading modules (`grade`, `verdict`); a cell that uses them scores 0. <!-- claim: zero12-flat-buffer-padded-to-2n -->
 
-# %% [markdown] lang="zh" en="5b2dd279e690"
+# %% [markdown] lang="zh" en="94ac79641d63"
 # ### 练习 1：`partition(numels, world_size)`
 #
-# 为每个 rank 返回一个列表，列出它拥有的区间 `[(param_index, start, end), ...]`，`end` 不包含在内，全部用普通 int：`start` 和 `end` 是在第 `param_index` 个参数展平之后的偏移（`p.view(-1)[start:end]`），不是在整个模型中的偏移。rank r 拥有展平后的元素 `[r*s, (r+1)*s)`，其中 s 是把总长度向上填充到 2N 的整数倍后再除以 N，再按参数的边界切开。测试在许多输入上检查以下性质：每个元素恰好被拥有一次；每个 rank 的区间连成一整段，且按 rank 顺序排列；分片大小与 DeepSpeed 的一致（只有最后几个分片较短或为空）；每次调用得到相同的结果。禁止使用：课程自己的切分实现（`zerolab.handmade` 中的 `flat_partition`、`share_size`）和评分模块（`grade`、`verdict`）；用了它们的单元格得 0 分。
+# 为每个 rank 返回一个列表，列出它拥有的区间 `[(param_index, start, end), ...]`，`end` 不包含在内，全部用普通 int：`start` 和 `end` 是在第 `param_index` 个参数展平之后的偏移（`p.view(-1)[start:end]`），不是在整个模型中的偏移。rank r 拥有展平后的元素 `[r*s, (r+1)*s)`，其中 s 是把总长度向上填充到 2N 的整数倍后再除以 N，再按参数的边界切开。测试在许多输入上检查以下性质：每个元素恰好被拥有一次；每个 rank 的区间连成一整段，且按 rank 顺序排列；分片大小与 DeepSpeed 的一致（只有最后几个分片较短或为空）；每次调用得到相同的结果。禁止使用：课程自己的切分实现（`zerolab.handmade` 中的 `flat_partition`、`share_size`）和评分模块（`grade`、`verdict`）；用了它们的单元格得 0 分。 <!-- claim: zero12-flat-buffer-padded-to-2n -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex1_partition", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def partition(numels, world_size):
@@ -139,10 +139,11 @@ _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3),
 #    only: that is the 1/N of optimizer memory ZeRO-1 saves;
 # 3. the updated elements reach every rank (an all-gather), so all ranks start the next step identical.
 #
-# AdamW per owned element, at step t: shrink the parameter by `lr * weight_decay` (decoupled decay), update the
-# moments `m = β1·m + (1-β1)·g` and `v = β2·v + (1-β2)·g²`, then subtract `lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`.
+# AdamW per owned element, at step t: multiply the parameter by `1 - lr * weight_decay` (decoupled decay), update
+# the moments `m = β1·m + (1-β1)·g` and `v = β2·v + (1-β2)·g²`, then subtract
+# `lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`. <!-- claim: torch-adamw-update-rule -->
 
-# %% [markdown] lang="zh" en="ec249239eb56"
+# %% [markdown] lang="zh" en="89d6099f94b4"
 # ## 2. ZeRO-1：切分优化器状态
 #
 # 每个 rank 仍然为自己的那些行计算完整的梯度，并保留全部参数。变化的是优化器步：
@@ -151,7 +152,7 @@ _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3),
 # 2. 每个 rank 用 AdamW **只更新自己拥有的元素**，Adam 的两个矩也只为这些元素保存：这就是 ZeRO-1 省下的那部分，优化器内存只剩 1/N；
 # 3. 更新后的元素发送到每个 rank（一次 all-gather），这样所有 rank 以完全相同的状态开始下一步。
 #
-# 对每个拥有的元素，第 t 步的 AdamW：先把参数乘以 `1 - lr * weight_decay` 缩小（解耦的权重衰减），再更新两个矩 `m = β1·m + (1-β1)·g` 和 `v = β2·v + (1-β2)·g²`，然后减去 `lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`。
+# 对每个拥有的元素，第 t 步的 AdamW：先把参数乘以 `1 - lr * weight_decay` 缩小（解耦的权重衰减），再更新两个矩 `m = β1·m + (1-β1)·g` 和 `v = β2·v + (1-β2)·g²`，然后减去 `lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)`。 <!-- claim: torch-adamw-update-rule -->
 
 # %% [markdown]
 # ### Exercise 2: `ShardedAdamW`
@@ -173,14 +174,14 @@ _grade.check_partition(partition, [(_fixed.numels(_fixed.build()), 3), ([7], 3),
 # each rank keeps in memory: every tensor alive in the rank after a step is counted, wherever it is kept, each storage once. Apart
 # from the parameters, their gradients and the buffers you pass to collectives (reported on their own line), a rank
 # may keep 1/N of AdamW's optimizer state (plus padding and step counters). Calling DeepSpeed,
-# `ZeroRedundancyOptimizer` or the course's own optimizer (`zerolab.handmade`) scores 0.
+# `ZeroRedundancyOptimizer` or the course's own optimizer (`zerolab.handmade`) scores 0. <!-- claim: zero12-each-group-partitioned-on-its-own -->
 
-# %% [markdown] lang="zh" en="a210d8b1e60b"
+# %% [markdown] lang="zh" en="8e1c26c2710f"
 # ### 练习 2：`ShardedAdamW`
 #
 # 为默认进程组（`dist.get_rank()`、`dist.get_world_size()`）编写下面这个类。要照顾到每一个参数组：`self.param_groups` 可能有好几个组（常见的一对：带权重衰减的权重、不带权重衰减的偏置），每个组有自己的 `lr`、`betas`、`eps` 和 `weight_decay`。像 DeepSpeed 那样，每个组单独切分（展平、填充、分片）。把本 rank 在所有组中的区间保存在 `self.owned` 中，其中 `param_index` 按顺序对所有组的参数统一编号：测试会读取它。`zero_grad()` 把梯度设为 None。为练习 3 做准备：如果某个参数没有 `.grad`，但有 `.grad_shard`（一个一维张量：该参数中属于本 rank 的区间、已经平均过的梯度），就改用它。
 #
-# 测试方式：每个 rank 都运行这个单元格（在此之前已执行 `import math, torch` 和 `import torch.distributed as dist`，并提供一个正确的 `partition`，所以本练习不依赖练习 1）；类需要的一切都要写在这个单元格里。然后每个 rank 用 `zero_grad()`、`backward()`、`step()` 把模型训练几步，参数分成两组（带权重衰减的权重、不带权重衰减的偏置）。测试检查：各 rank 对谁拥有什么的看法一致，并且每个组是单独切分的；所有 rank 最终的参数相同，并且与单进程在完整 batch 上运行 `torch.optim.AdamW` 的结果一致，梯度以 `.grad_shard` 的形式给出时也一样；以及每个 rank 在内存里保留了什么：一步之后 rank 中所有存活的张量都会被统计，不管保存在哪里，每块存储只算一次。除了参数、参数的梯度和你传给集合通信的缓冲区（单独列为一行），一个 rank 最多只能保留 AdamW 优化器状态的 1/N（加上填充和步数计数器）。调用 DeepSpeed、`ZeroRedundancyOptimizer` 或课程自己的优化器（`zerolab.handmade`）得 0 分。
+# 测试方式：每个 rank 都运行这个单元格（在此之前已执行 `import math, torch` 和 `import torch.distributed as dist`，并提供一个正确的 `partition`，所以本练习不依赖练习 1）；类需要的一切都要写在这个单元格里。然后每个 rank 用 `zero_grad()`、`backward()`、`step()` 把模型训练几步，参数分成两组（带权重衰减的权重、不带权重衰减的偏置）。测试检查：各 rank 对谁拥有什么的看法一致，并且每个组是单独切分的；所有 rank 最终的参数相同，并且与单进程在完整 batch 上运行 `torch.optim.AdamW` 的结果一致，梯度以 `.grad_shard` 的形式给出时也一样；以及每个 rank 在内存里保留了什么：一步之后 rank 中所有存活的张量都会被统计，不管保存在哪里，每块存储只算一次。除了参数、参数的梯度和你传给集合通信的缓冲区（单独列为一行），一个 rank 最多只能保留 AdamW 优化器状态的 1/N（加上填充和步数计数器）。调用 DeepSpeed、`ZeroRedundancyOptimizer` 或课程自己的优化器（`zerolab.handmade`）得 0 分。 <!-- claim: zero12-each-group-partitioned-on-its-own -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex2_sharded_adamw", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class ShardedAdamW(torch.optim.Optimizer):
@@ -294,9 +295,9 @@ else:
 # - so at any moment a rank holds about its own averaged share, one bucket (two with `overlap_comm`) and the gradient
 #   that just arrived.
 #
-# Which collective reduces a bucket is a setting. DeepSpeed's defaults, read from its own config classes:
+# Which collective reduces a bucket is a setting. DeepSpeed's defaults, read from its own config classes: <!-- claim: zero2-gradient-hooks-on-every-parameter --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero2-frees-gradients-outside-the-partition --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 -->
 
-# %% [markdown] lang="zh" en="14ebd897afb3"
+# %% [markdown] lang="zh" en="32d66a461f63"
 # ## 3. ZeRO-2：在反向传播进行时规约梯度
 #
 # 你的 ZeRO-1 会一直保留每个完整梯度，直到 `step()`：反向传播结束时，一个 rank 持有全部梯度，不管之后的优化器步怎样切分它们。在反向传播之后再切分梯度，只能减少两步*之间*的内存，峰值不变。DeepSpeed 0.19.8 的 stage 2 在反向传播*期间*规约梯度，从而降低峰值（`deepspeed/runtime/zero/stage_1_and_2.py`）：
@@ -305,7 +306,7 @@ else:
 # - 钩子（`reduce_independent_p_g_buckets_and_remove_grads`）把梯度复制进一个有 `reduce_bucket_size` 个元素的扁平桶（bucket）；当下一个梯度放不下时，`reduce_ipg_grads` 先规约这个桶，再把桶中位于本 rank 分区之外的每个参数的 `.grad` 设为 None。比桶还大的梯度单独规约；
 # - 因此在任一时刻，一个 rank 大约持有自己那份平均后的分片、一个桶（开启 `overlap_comm` 时是两个），以及刚刚到达的那个梯度。
 #
-# 用哪种集合通信来规约一个桶，是一个配置项。下面是 DeepSpeed 的默认值，从它自己的配置类中读出：
+# 用哪种集合通信来规约一个桶，是一个配置项。下面是 DeepSpeed 的默认值，从它自己的配置类中读出： <!-- claim: zero2-gradient-hooks-on-every-parameter --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero2-frees-gradients-outside-the-partition --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 -->
 
 # %%
 for key in ("reduce_bucket_size", "reduce_scatter", "use_multi_rank_bucket_allreduce", "contiguous_gradients"):
@@ -316,10 +317,10 @@ for key in ("reduce_bucket_size", "reduce_scatter", "use_multi_rank_bucket_allre
 # by default: each bucket is **all-reduced** (`allreduce_and_scatter`) and every rank keeps only its partition of the
 # result. Only with `use_multi_rank_bucket_allreduce: false` does each rank's slice of the bucket go to its owner
 # alone (`dist.reduce`, in `allreduce_no_retain`); with `reduce_scatter: false` the whole bucket is all-reduced too.
-# Lesson 03's accounting (`comm.traffic`) of one step for the model of the exercise below, on 2 ranks:
+# Lesson 03's accounting (`comm.traffic`) of one step for the model of the exercise below, on 2 ranks: <!-- claim: zero-bucket-settings-default --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero12-owner-reduce-without-bucket-allreduce --> <!-- claim: zero12-reduce-scatter-false-all-reduces -->
 
-# %% [markdown] lang="zh" en="aa1412c6ef81"
-# `reduce_scatter` 默认为 true，但 `average_tensor` 接着检查 `use_multi_rank_bucket_allreduce`，它默认也是 true：每个桶都被 **all-reduce**（`allreduce_and_scatter`），每个 rank 只保留结果中属于自己分区的那部分。只有设置 `use_multi_rank_bucket_allreduce: false` 时，桶中每个 rank 的那一段才只发给它的所有者（`dist.reduce`，在 `allreduce_no_retain` 中）；设置 `reduce_scatter: false` 时，整个桶同样被 all-reduce。下面是第 03 课的统计口径（`comm.traffic`）下，下文练习所用模型在 2 个 rank 上一步的通信量：
+# %% [markdown] lang="zh" en="5a25b72e7030"
+# `reduce_scatter` 默认为 true，但 `average_tensor` 接着检查 `use_multi_rank_bucket_allreduce`，它默认也是 true：每个桶都被 **all-reduce**（`allreduce_and_scatter`），每个 rank 只保留结果中属于自己分区的那部分。只有设置 `use_multi_rank_bucket_allreduce: false` 时，桶中每个 rank 的那一段才只发给它的所有者（`dist.reduce`，在 `allreduce_no_retain` 中）；设置 `reduce_scatter: false` 时，整个桶同样被 all-reduce。下面是第 03 课的统计口径（`comm.traffic`）下，下文练习所用模型在 2 个 rank 上一步的通信量： <!-- claim: zero-bucket-settings-default --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero12-owner-reduce-without-bucket-allreduce --> <!-- claim: zero12-reduce-scatter-false-all-reduces -->
 
 # %%
 psi = sum(fixed.numels(zero2_model.build()))
@@ -464,11 +465,11 @@ else:
 # paper's reduce-scatter, where DeepSpeed's default all-reduce moves 2Ψ. DeepSpeed can also overlap the reduction
 # with the rest of backward (`overlap_comm`, lesson 03: off by default at stages 1 and 2, on at stage 3), keeping a
 # second bucket for it; yours waits for each reduce.
-# <!-- claim: overlap-comm-default-by-stage -->
+# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 -->
 
-# %% [markdown] lang="zh" en="9e89f1fae76c"
+# %% [markdown] lang="zh" en="20dc605399a1"
 # 峰值是本 rank 的分片、一个桶和一个梯度，而不是整个模型：这正是 ZeRO-2 省下的内存，而且只有在反向传播内部做规约才能做到（在这个小模型上，一个桶加一层占了其中很大一部分；换成真实的模型和更多的 rank，它们只占很小一部分）。梯度的通信量是 Ψ，即论文中的 reduce-scatter，而 DeepSpeed 默认的 all-reduce 要传 2Ψ。DeepSpeed 还可以让规约与反向传播的其余部分重叠（`overlap_comm`，第 03 课：stage 1 和 2 默认关闭，stage 3 默认打开），为此多留一个桶；你的实现则会等每次 reduce 完成。
-# <!-- claim: overlap-comm-default-by-stage -->
+# <!-- claim: overlap-comm-default-by-stage --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: overlap-comm-second-bucket-at-stages-1-2 -->
 
 # %% [markdown]
 # ## 4. Your ZeRO-1 against DeepSpeed's
@@ -487,16 +488,16 @@ else:
 # the full batch, with the loss scaled up so that the gradients are large: DeepSpeed must still take exactly AdamW's
 # steps, so think of what DeepSpeed does by default that AdamW alone does not. Hidden tests use other
 # hyper-parameters and world sizes. The course's own configs (`zerolab.handmade`, `zerolab.config.reference`)
-# are off limits in this cell: write the dict yourself.
+# are off limits in this cell: write the dict yourself. <!-- claim: zero-stages-train-like-adamw --> <!-- claim: torch-adam-selects-torch-adamw --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: deepspeed-accumulation-matches-the-whole-batch -->
 
-# %% [markdown] lang="zh" en="39efac676850"
+# %% [markdown] lang="zh" en="d8a03870958d"
 # ## 4. 你的 ZeRO-1 对比 DeepSpeed 的
 #
 # DeepSpeed stage 1 做的事和你的 `ShardedAdamW` 一样。要比较两者，DeepSpeed 必须用相同的优化器、超参数和 batch 训练：torch 的 AdamW（在优化器的 params 中设 `"torch_adam": true`；不设的话，DeepSpeed 会编译并使用它自己的 fused Adam）、fp32，并且每个优化器步都在整个全局 batch 上训练。`train_batch_size`、`train_micro_batch_size_per_gpu` 和 `gradient_accumulation_steps` 中你没有给出的，DeepSpeed 会自己推导；切成任意等大的微批次（micro-batch）训练结果都相同，测试会用 DeepSpeed 自己的配置解析来确定你的配置是什么意思。
 #
 # ### 练习 4：`stage1_config(hyper, global_batch, world_size)`
 #
-# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较，损失会被放大，让梯度变得很大：DeepSpeed 仍然必须与 AdamW 走完全相同的每一步，所以想一想 DeepSpeed 默认会做、而单独的 AdamW 不做的事。隐藏测试会用其他超参数和总进程数。课程自带的配置（`zerolab.handmade`、`zerolab.config.reference`）在这个单元格里不能使用：请自己写出这个字典。
+# 返回这次运行的 ds_config（一个普通的 dict）。`hyper` 含有键 `lr`、`betas`、`eps`、`weight_decay`。测试用它在 2 个 rank 上训练 DeepSpeed，几步之后把它的参数与 `torch.optim.AdamW` 在完整 batch 上的结果比较，损失会被放大，让梯度变得很大：DeepSpeed 仍然必须与 AdamW 走完全相同的每一步，所以想一想 DeepSpeed 默认会做、而单独的 AdamW 不做的事。隐藏测试会用其他超参数和总进程数。课程自带的配置（`zerolab.handmade`、`zerolab.config.reference`）在这个单元格里不能使用：请自己写出这个字典。 <!-- claim: zero-stages-train-like-adamw --> <!-- claim: torch-adam-selects-torch-adamw --> <!-- claim: batch-term-derived-by-floor-division --> <!-- claim: deepspeed-accumulation-matches-the-whole-batch -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_stage1_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def stage1_config(hyper, global_batch, world_size):
@@ -584,22 +585,22 @@ else:
 # reduced the gradients into this rank's averaged share and freed the full ones; during backward they were all
 # resident, as yours are until your `step()`. DeepSpeed's ZeRO-2 is what keeps the peak down during backward: it
 # reduces a bucket of gradients at a time from gradient hooks and frees what the rank does not own as it goes.
-# Your `Zero2Gradients` (exercise 3) does the same; your `ShardedAdamW` alone, like stage 1, does not.
+# Your `Zero2Gradients` (exercise 3) does the same; your `ShardedAdamW` alone, like stage 1, does not. <!-- claim: zero12-adam-moments-one-nth --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero2-frees-gradients-outside-the-partition -->
 
-# %% [markdown] lang="zh" en="464c899abb65"
-# 看这张表：两者都只保存 1/N 的 Adam 矩。DeepSpeed 还为自己的分片保留一份 fp32 主权重，即使是 fp32 训练也一样。<!-- claim: fp32-master-copy-in-fp32-training -->它的梯度列是在 `engine.backward` 之后实测的，而在 DeepSpeed 0.19.8 中，此时梯度已经规约进本 rank 平均后的分片，完整的梯度已被释放；在反向传播期间它们是全部常驻的，就像你的梯度在你的 `step()` 之前一样。让反向传播期间的峰值降下来的是 DeepSpeed 的 ZeRO-2：它从梯度钩子里一次规约一个桶的梯度，并随即释放本 rank 不拥有的部分。你的 `Zero2Gradients`（练习 3）也是这样做的；单独使用你的 `ShardedAdamW` 时，和 stage 1 一样，做不到这一点。
+# %% [markdown] lang="zh" en="2f2776f8c1ef"
+# 看这张表：两者都只保存 1/N 的 Adam 矩。DeepSpeed 还为自己的分片保留一份 fp32 主权重，即使是 fp32 训练也一样。<!-- claim: fp32-master-copy-in-fp32-training -->它的梯度列是在 `engine.backward` 之后实测的，而在 DeepSpeed 0.19.8 中，此时梯度已经规约进本 rank 平均后的分片，完整的梯度已被释放；在反向传播期间它们是全部常驻的，就像你的梯度在你的 `step()` 之前一样。让反向传播期间的峰值降下来的是 DeepSpeed 的 ZeRO-2：它从梯度钩子里一次规约一个桶的梯度，并随即释放本 rank 不拥有的部分。你的 `Zero2Gradients`（练习 3）也是这样做的；单独使用你的 `ShardedAdamW` 时，和 stage 1 一样，做不到这一点。 <!-- claim: zero12-adam-moments-one-nth --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-reduces-buckets-during-backward --> <!-- claim: zero2-frees-gradients-outside-the-partition -->
 
 # %% [markdown]
 # What ZeRO-1 communicates
 #
 # Your `ShardedAdamW`, like DeepSpeed's default ZeRO-1 (`use_multi_rank_bucket_allreduce`), all-reduces the whole
 # gradient and then all-gathers the updated parameters. The ZeRO paper's ZeRO-1 reduce-scatters the gradients
-# instead. The volumes per step, in the paper's accounting, from lesson 03's `comm.traffic`:
+# instead. The volumes per step, in the paper's accounting, from lesson 03's `comm.traffic`: <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
-# %% [markdown] lang="zh" en="612648632d21"
+# %% [markdown] lang="zh" en="03f785c4e36e"
 # ZeRO-1 通信什么
 #
-# 你的 `ShardedAdamW` 和 DeepSpeed 默认的 ZeRO-1（`use_multi_rank_bucket_allreduce`）一样，先对整个梯度做 all-reduce，再 all-gather 更新后的参数。ZeRO 论文中的 ZeRO-1 则对梯度做 reduce-scatter。按论文的口径，每步的通信量如下，取自第 03 课的 `comm.traffic`：
+# 你的 `ShardedAdamW` 和 DeepSpeed 默认的 ZeRO-1（`use_multi_rank_bucket_allreduce`）一样，先对整个梯度做 all-reduce，再 all-gather 更新后的参数。ZeRO 论文中的 ZeRO-1 则对梯度做 reduce-scatter。按论文的口径，每步的通信量如下，取自第 03 课的 `comm.traffic`： <!-- claim: zero12-reduce-buckets-by-all-reduce -->
 
 # %%
 psi = sum(numels)
@@ -622,12 +623,12 @@ for label, stage, bucket_allreduce in (("DDP (all-reduce)", 0, False),
 # recomputed (that is activation checkpointing, a separate choice). DeepSpeed does all of this from module
 # hooks (`deepspeed/runtime/zero/parameter_offload.py`: `_pre_forward_module_hook`, `_post_forward_module_hook`,
 # and `_pre_backward_module_hook`, which attaches `PreBackwardFunctionForModule` to each module's outputs), and
-# it prefetches the next modules' parameters while one computes.
+# it prefetches the next modules' parameters while one computes. <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-recomputes-nothing --> <!-- claim: zero3-prefetches-along-the-recorded-trace -->
 
-# %% [markdown] lang="zh" en="e90368b7355e"
+# %% [markdown] lang="zh" en="500dc7c9aed2"
 # ## 5. ZeRO-3：把参数也切分
 #
-# ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py`：`_padding_size`，以及 `partition_size = tensor_size // self._partition_world_size(param)`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及把 `PreBackwardFunctionForModule` 挂到每个模块输出上的 `_pre_backward_module_hook`），并在一层计算时预取下一批模块的参数。
+# ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py`：`_padding_size`，以及 `partition_size = tensor_size // self._partition_world_size(param)`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及把 `PreBackwardFunctionForModule` 挂到每个模块输出上的 `_pre_backward_module_hook`），并在一层计算时预取下一批模块的参数。 <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-recomputes-nothing --> <!-- claim: zero3-prefetches-along-the-recorded-trace -->
 
 # %% [markdown]
 # ### Exercise 5: `Zero3(model)`
@@ -661,9 +662,9 @@ for label, stage, bucket_allreduce in (("DDP (all-reduce)", 0, False),
 # every tensor alive in the rank at each collective and each layer (at most the rank's shards plus two layers
 # gathered); the elements each collective moves (two all-gathers and one reduce-scatter of the parameters per
 # step, no all-reduce); and how many Linear forwards run per step (one per layer: nothing recomputed).
-# `deepspeed`, `torch.distributed.fsdp` and `zerolab.handmade` are off limits in this cell.
+# `deepspeed`, `torch.distributed.fsdp` and `zerolab.handmade` are off limits in this cell. <!-- claim: torch-post-accumulate-grad-hook --> <!-- claim: torch-full-backward-pre-hook-first -->
 
-# %% [markdown] lang="zh" en="80a403acdb88"
+# %% [markdown] lang="zh" en="84c81e71f20c"
 # ### 练习 5：`Zero3(model)`
 #
 # 写一个类，包装模型并安装钩子；测试会用 `torch.optim.AdamW` 在各分片上训练它：
@@ -680,7 +681,7 @@ for label, stage, bucket_allreduce in (("DDP (all-reduce)", 0, False),
 # - 在两次使用之间，参数的 `.data` 是一个空张量（`torch.empty(0)`）；在前向预钩子（`register_forward_pre_hook`）和反向预钩子（`register_full_backward_pre_hook`）中把它设回 gather 得到的值（`p.data = full[:p_numel].view(shape)`）。`p.register_post_accumulate_grad_hook` 在 `p.grad` 完整之后运行：在那里做 reduce-scatter，然后释放完整梯度和 gather 得到的参数。
 # - 可选（参考答案里有）：提前启动下一层的 gather（`async_op=True`，深度 1），并在那一层的钩子里对它 `wait()`。异步集合通信只保证在 `wait()` 之后才有结果，测试也按这一点来要求：在 `wait()` 之前，gather 得到的张量里是 NaN（在 CPU 上 gloo 通常会更早完成，所以漏掉 `wait()` 会成为一个大多数时候都能通过的竞态）。
 #
-# 测试在 2 个 rank 上运行你的单元格（隐藏测试：3 个 rank、其他超参数），模型有六层，并在每个 rank 内部测量：3 步之后的参数与在完整 batch 上运行 `torch.optim.AdamW` 的结果对比，以及每步调用两次 `backward()`（每个 rank 的数据分成两个微批次）训练 2 步之后的参数；每次集合通信和每一层时 rank 中所有存活张量的字节数（至多为本 rank 的分片加上两层 gather 的参数）；每次集合通信传输的元素数（每步对参数做两次 all-gather、一次 reduce-scatter，不允许 all-reduce）；以及每步运行了多少次 Linear 前向（每层一次：不做重算）。本单元格不得使用 `deepspeed`、`torch.distributed.fsdp` 和 `zerolab.handmade`。
+# 测试在 2 个 rank 上运行你的单元格（隐藏测试：3 个 rank、其他超参数），模型有六层，并在每个 rank 内部测量：3 步之后的参数与在完整 batch 上运行 `torch.optim.AdamW` 的结果对比，以及每步调用两次 `backward()`（每个 rank 的数据分成两个微批次）训练 2 步之后的参数；每次集合通信和每一层时 rank 中所有存活张量的字节数（至多为本 rank 的分片加上两层 gather 的参数）；每次集合通信传输的元素数（每步对参数做两次 all-gather、一次 reduce-scatter，不允许 all-reduce）；以及每步运行了多少次 Linear 前向（每层一次：不做重算）。本单元格不得使用 `deepspeed`、`torch.distributed.fsdp` 和 `zerolab.handmade`。 <!-- claim: torch-post-accumulate-grad-hook --> <!-- claim: torch-full-backward-pre-hook-first -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_zero3", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Zero3:
@@ -826,14 +827,14 @@ else:
 # Clipping by the global norm needs the norm of the **whole** averaged gradient, while each rank holds only its
 # share: every rank sums the squares of its share, one all-reduce adds them up, and every rank scales its share by
 # the same factor. That is what `torch.nn.utils.clip_grad_norm_` computes on one process:
-# `min(1, max_norm / (norm + 1e-6))`. Clipping each share by its own norm is a different (and wrong) update.
+# `min(1, max_norm / (norm + 1e-6))`. Clipping each share by its own norm is a different (and wrong) update. <!-- claim: zero12-fp32-master-and-16bit-all-gather --> <!-- claim: bf16-drops-small-updates --> <!-- claim: clip-grad-norm-coefficient -->
 
-# %% [markdown] lang="zh" en="a9cfc692a40e"
+# %% [markdown] lang="zh" en="2350824b7a1e"
 # ## 6. 混合精度：bf16 计算、fp32 主权重分片、按全局范数裁剪
 #
 # 真实的 ZeRO 训练用 bf16 计算。模型使用的参数和梯度是 bf16（2 字节），但优化器更新的是其分片的一份 **fp32 主权重副本**：AdamW 的一次更新常常小于 bf16 在该权重数值附近的精度，所以保存在 bf16 中的主权重会悄无声息地丢掉这次更新。优化器步之后，再用 fp32 主权重刷新 bf16 参数。DeepSpeed 的 stage 1/2 优化器也是这样做的（`single_partition_of_fp32_groups` 是 fp32 分片；它的 all-gather 发送更新后的 16 位参数）。
 #
-# 按全局范数裁剪，需要的是**整个**平均后梯度的范数，而每个 rank 只持有自己的分片：每个 rank 求出自己分片的平方和，一次 all-reduce 把它们加起来，每个 rank 再用同一个系数缩放自己的分片。这正是 `torch.nn.utils.clip_grad_norm_` 在单个进程中计算的：`min(1, max_norm / (norm + 1e-6))`。每个分片按它自己的范数裁剪，得到的是另一种（错误的）更新。
+# 按全局范数裁剪，需要的是**整个**平均后梯度的范数，而每个 rank 只持有自己的分片：每个 rank 求出自己分片的平方和，一次 all-reduce 把它们加起来，每个 rank 再用同一个系数缩放自己的分片。这正是 `torch.nn.utils.clip_grad_norm_` 在单个进程中计算的：`min(1, max_norm / (norm + 1e-6))`。每个分片按它自己的范数裁剪，得到的是另一种（错误的）更新。 <!-- claim: zero12-fp32-master-and-16bit-all-gather --> <!-- claim: bf16-drops-small-updates --> <!-- claim: clip-grad-norm-coefficient -->
 
 # %% [markdown]
 # ### Exercise 6: `MixedShardedAdamW`
@@ -855,14 +856,14 @@ else:
 # parameters with the masters rounded to bf16. Starting every step from your own state matters in bf16: two right
 # answers that add the same numbers in another order can round a weight to neighbouring bf16 values, and from
 # there their runs drift apart. A bf16 master and clipping per shard fail with a message that names them. Hidden
-# tests: 3 ranks, another `max_grad_norm` and hyper-parameters.
+# tests: 3 ranks, another `max_grad_norm` and hyper-parameters. <!-- claim: bf16-gradients-communicated-in-bf16 -->
 
-# %% [markdown] lang="zh" en="16db61439bf1"
+# %% [markdown] lang="zh" en="247f78d7c462"
 # ### 练习 6：`MixedShardedAdamW`
 #
 # 还是你的 ZeRO-1，这次用混合精度。模型的参数是 bf16。像练习 2 那样保存 `self.owned`，另外保存 `self.master`：一个由 fp32 一维张量组成的列表，依次是 `self.owned` 中每个区间的主权重副本。`step()` 在 fp32 中平均梯度，用**一次**对各分片平方范数的 all-reduce 算出平均后梯度的全局范数，像 `clip_grad_norm_` 那样缩放梯度，用 AdamW 更新 fp32 主权重，用各 rank 的主权重刷新每个 rank 的 bf16 参数，并返回裁剪之前的范数（一个 float）。（DeepSpeed 默认以 bf16 发送梯度，见 `communication_data_type`；这里在 fp32 中求平均，以便与单个进程的结果比较。）测试只给优化器一个参数组，即 `model.parameters()`，所以它的超参数就是 `self.param_groups[0]` 里的那些；如果有多个参数组，就要像练习 2 那样，每组各自切分、各自更新。
 #
-# 测试方式：每个 rank 把转成 bf16 的固定模型训练几步。每一步之后，评分程序都在单个进程中走同一步：从你的各 rank 在这一步之前持有的 bf16 参数和 fp32 主权重出发，在一份 fp32 主权重副本上运行 `torch.nn.utils.clip_grad_norm_` 和 `torch.optim.AdamW`，再把你的 `step()` 返回的范数和你的 fp32 主权重与它比较（容差 `mixed_verdict.MASTER_ATOL`）；然后检查每个 rank 的 bf16 参数是否等于主权重舍入到 bf16 的结果。在 bf16 中，每一步都从你自己的状态出发很重要：两个正确答案即使只是以不同顺序把同样的数相加，也可能把某个权重舍入到相邻的 bf16 值上，从那以后它们的训练轨迹就会逐渐分开。bf16 主权重和按分片裁剪都会失败，并得到点明错误的消息。隐藏测试使用 3 个 rank、另一个 `max_grad_norm` 和其他超参数。
+# 测试方式：每个 rank 把转成 bf16 的固定模型训练几步。每一步之后，评分程序都在单个进程中走同一步：从你的各 rank 在这一步之前持有的 bf16 参数和 fp32 主权重出发，在一份 fp32 主权重副本上运行 `torch.nn.utils.clip_grad_norm_` 和 `torch.optim.AdamW`，再把你的 `step()` 返回的范数和你的 fp32 主权重与它比较（容差 `mixed_verdict.MASTER_ATOL`）；然后检查每个 rank 的 bf16 参数是否等于主权重舍入到 bf16 的结果。在 bf16 中，每一步都从你自己的状态出发很重要：两个正确答案即使只是以不同顺序把同样的数相加，也可能把某个权重舍入到相邻的 bf16 值上，从那以后它们的训练轨迹就会逐渐分开。bf16 主权重和按分片裁剪都会失败，并得到点明错误的消息。隐藏测试使用 3 个 rank、另一个 `max_grad_norm` 和其他超参数。 <!-- claim: bf16-gradients-communicated-in-bf16 -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex6_mixed_precision", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MixedShardedAdamW(torch.optim.Optimizer):
@@ -985,12 +986,12 @@ for lr in (grade.DEFAULT_HYPER["lr"], 1e-4):
 # the elements each collective moved in the last step, counted at `torch.distributed`. DeepSpeed's reduce and
 # all-gather buckets are set to the bucket size of your ZeRO-2, and its stage 3 keeps no parameter whole
 # (`stage3_param_persistence_threshold` 0: its default, printed below, exceeds every parameter of this model).
-# It starts DeepSpeed four times, so it takes a while; it is skipped while the notebook is graded.
+# It starts DeepSpeed four times, so it takes a while; it is skipped while the notebook is graded. <!-- claim: stage3-small-parameters-stay-whole -->
 
-# %% [markdown] lang="zh" en="084ece509734"
+# %% [markdown] lang="zh" en="e3859a4cad6c"
 # ## 7. 并排对比：你的、DeepSpeed 的和 PyTorch 的
 #
-# 同一个六层模型、同样的数据、同样的 AdamW 超参数、同样 2 个 rank，分别由你的 ZeRO-1、ZeRO-2 和 ZeRO-3 训练（你还没作答的练习由课程的答案代替："whose" 一列标明是谁的）、由 DeepSpeed 0.19.8 的 stage 1、2、3 训练（fp32，torch 的 AdamW），以及由 PyTorch 的 FSDP2 训练（对每一层和整个模型调用 `fully_shard`）。所有数据都由 `zerolab.handmade.side_by_side` 在 rank 0 内部测得：字节数来自各系统自己的张量，每段内存只计一次；峰值在每次集合通信和每个梯度钩子处采样；每种集合通信在最后一步中传输的元素数，在 `torch.distributed` 处计数。DeepSpeed 的 reduce 与 all-gather 桶大小设为你的 ZeRO-2 的桶大小，它的 stage 3 不让任何参数保持完整（`stage3_param_persistence_threshold` 设为 0：它的默认值打印在下面，比这个模型的每个参数都大）。它要启动四次 DeepSpeed，所以需要一些时间；评分时跳过。
+# 同一个六层模型、同样的数据、同样的 AdamW 超参数、同样 2 个 rank，分别由你的 ZeRO-1、ZeRO-2 和 ZeRO-3 训练（你还没作答的练习由课程的答案代替："whose" 一列标明是谁的）、由 DeepSpeed 0.19.8 的 stage 1、2、3 训练（fp32，torch 的 AdamW），以及由 PyTorch 的 FSDP2 训练（对每一层和整个模型调用 `fully_shard`）。所有数据都由 `zerolab.handmade.side_by_side` 在 rank 0 内部测得：字节数来自各系统自己的张量，每段内存只计一次；峰值在每次集合通信和每个梯度钩子处采样；每种集合通信在最后一步中传输的元素数，在 `torch.distributed` 处计数。DeepSpeed 的 reduce 与 all-gather 桶大小设为你的 ZeRO-2 的桶大小，它的 stage 3 不让任何参数保持完整（`stage3_param_persistence_threshold` 设为 0：它的默认值打印在下面，比这个模型的每个参数都大）。它要启动四次 DeepSpeed，所以需要一些时间；评分时跳过。 <!-- claim: stage3-small-parameters-stay-whole -->
 
 # %%
 if os.environ.get("NBGRADER_EXECUTION"):
@@ -1041,16 +1042,17 @@ else:
 #   again within `stage3_max_reuse_distance` elements, or that the prefetcher already fetched for a later use
 #   (`partitioned_param_coordinator.py`, `__params_to_release`), and gathers ahead as long as fewer than
 #   `stage3_max_live_parameters` elements are gathered. On a model this small that means every parameter stays
-#   gathered from forward to backward: one all-gather of Ψ per step, and the whole model at the peak. With both
+#   gathered from forward to backward once the first step has recorded the order of the modules: one all-gather
+#   of Ψ per step from the second step on (the first gathers twice), and the whole model at the peak. With both
 #   set to 0 it gathers twice, as yours does, and its peak matches yours as the table counts it: the module's
 #   parameters as they are at each moment, so a layer your code fetched ahead into a buffer of its own is not in
 #   it.
 # - **Prefetch.** DeepSpeed prefetches along the order of modules it recorded in the first step, up to
 #   `stage3_prefetch_bucket_size` elements; yours prefetches one layer; FSDP2 prefetches the next layer in
 #   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
-#   (`set_modules_to_forward_prefetch`).
+#   (`set_modules_to_forward_prefetch`). <!-- claim: zero-stages-train-like-adamw --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-twice-and-reduce-scatters-once --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-frees-gradients-outside-the-partition --> <!-- claim: fp32-master-copy-in-fp32-training --> <!-- claim: zero3-fp32-master-copy-in-fp32-training --> <!-- claim: zero3-reuse-distance-keeps-parameters-gathered --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: fsdp2-backward-prefetch-by-default -->
 
-# %% [markdown] lang="zh" en="5d2b32727762"
+# %% [markdown] lang="zh" en="f60a392a3952"
 # 对照 DeepSpeed 0.19.8 的代码来读这张表：
 #
 # - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。
@@ -1058,8 +1060,8 @@ else:
 # - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度。DeepSpeed 的 stage 1 和 stage 2 在反向结束时都只持有自己那部分梯度（"gradients" 一列），但 stage 1 在反向期间的峰值更高：stage 2（`partition_gradients`）在每个桶规约之后就释放不属于自己的梯度。你的 ZeRO-2 的峰值是它的分片加上它的桶。
 # - **对齐。** 在 stage 1 和 stage 2，DeepSpeed 的梯度桶里恰好是 Ψ 个元素。它的展平参数缓冲区填充到 2N 的倍数（`nccl_start_alignment_factor = 2`），这些填充随更新后参数的 all-gather 一起传输。all-reduce 一列还算进了几次不带梯度的单元素 all-reduce（一个范数、一个标志），所以读数比 Ψ 略多。<!-- claim: zero12-padding-travels-in-the-all-gather -->ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。<!-- claim: zero3-pads-each-parameter --> <!-- claim: fsdp2-shards-dim-0-by-chunk -->
 # - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 在每个 stage 都会在参数之外再保留一份 fp32 主权重分片（"fp32 master" 一列）；你的实现和 FSDP2 直接更新参数自己的分片。
-# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着每个参数从前向到反向一直保持 gather 状态：每步只 all-gather 一次 Ψ，峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，按这张表的统计方式峰值也与你的一致：表里统计的是每一时刻模块参数的实际状态，所以你的代码提前取到自己缓冲区里的那一层并不在其中。
-# - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。
+# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着一旦第一步记录下模块的顺序，每个参数从前向到反向就一直保持 gather 状态：从第二步起每步只 all-gather 一次 Ψ（第一步 gather 两次），峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，按这张表的统计方式峰值也与你的一致：表里统计的是每一时刻模块参数的实际状态，所以你的代码提前取到自己缓冲区里的那一层并不在其中。
+# - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。 <!-- claim: zero-stages-train-like-adamw --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-twice-and-reduce-scatters-once --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-frees-gradients-outside-the-partition --> <!-- claim: fp32-master-copy-in-fp32-training --> <!-- claim: zero3-fp32-master-copy-in-fp32-training --> <!-- claim: zero3-reuse-distance-keeps-parameters-gathered --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: fsdp2-backward-prefetch-by-default -->
 # %% [markdown]
 # ## Summary
 #
@@ -1101,9 +1103,9 @@ else:
 #
 # **Q: Your sharded optimizer matches AdamW on one rank but not on two. What do you check first?**
 # A: That gradients are averaged, not summed; that the updated parameters reach every rank; that weight decay is
-# applied only by the owner; and that clipping uses the global norm, not each shard's.
+# applied only by the owner; and that clipping uses the global norm, not each shard's. <!-- claim: zero12-flat-buffer-padded-to-2n --> <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero-stages-train-like-adamw --> <!-- claim: fp32-master-copy-in-fp32-training --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-recomputes-nothing -->
 
-# %% [markdown] lang="zh" en="a34313a2ce8f"
+# %% [markdown] lang="zh" en="92dfa3b556f1"
 # ## 小结
 #
 # - 一个 rank 的分片是参数组展平后、填充到 2N 整数倍（DeepSpeed 的 ZeRO-1/2）的缓冲区中连续、等长的一段，按参数边界切开；填充在末尾。每个 rank 必须算出相同的切分。ZeRO-3 则把每个参数各自填充到 N 的整数倍。
@@ -1128,4 +1130,4 @@ else:
 # 答：集合通信是按位置配对的：两个 rank 都认为自己拥有的元素会被更新两次，谁都不拥有的元素永远不会被更新，而 all-gather 会把每个 rank 的分片放到其他 rank 预期的位置上。
 #
 # **问：你的切分优化器在一个 rank 上与 AdamW 一致，在两个 rank 上却不一致。首先检查什么？**
-# 答：检查梯度是求平均而不是求和；更新后的参数是否送到了每个 rank；权重衰减是否只由所有者执行；以及裁剪用的是全局范数，而不是每个分片自己的范数。
+# 答：检查梯度是求平均而不是求和；更新后的参数是否送到了每个 rank；权重衰减是否只由所有者执行；以及裁剪用的是全局范数，而不是每个分片自己的范数。 <!-- claim: zero12-flat-buffer-padded-to-2n --> <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero-stages-train-like-adamw --> <!-- claim: fp32-master-copy-in-fp32-training --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-recomputes-nothing -->

@@ -63,16 +63,18 @@ print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WO
 # ## 1. What `save_checkpoint` writes
 #
 # `engine.save_checkpoint(save_dir)` writes a **tag folder** (by default `global_step<N>`) and, last, a file
-# `latest` that holds the tag. It also copies DeepSpeed's `zero_to_fp32.py` into `save_dir`. In the tag folder:
+# `latest` that holds the tag. From stage 1 on it also copies DeepSpeed's `zero_to_fp32.py` into `save_dir`. In the
+# tag folder:
 #
 # - **model states**: `mp_rank_00_model_states.pt` at stages 0-2, written by rank 0 alone: the module's 16-bit
-#   weights, whole, plus the parameter names and shapes, the step counters and the `ds_config`. At stage 3 every
-#   rank writes its own `zero_pp_rank_<R>_mp_rank_00_model_states.pt`, and the module inside holds only
-#   placeholders (section 2 shows why).
+#   weights, whole, plus the step counters and the `ds_config`, and from stage 1 on the parameter names and shapes
+#   (at stage 0 this file holds the optimizer's whole state too: a stage-0 save has no optimizer-state files). At
+#   stage 3 every rank writes its own `zero_pp_rank_<R>_mp_rank_00_model_states.pt`, and the module inside holds
+#   only placeholders (section 2 shows why).
 # - **optimizer states**: one `bf16_zero_pp_rank_<R>_mp_rank_00_optim_states.pt` per rank (no `bf16_` prefix in
 #   fp16 or fp32): the rank's partition of the fp32 master weights and of Adam's two moments, the states lesson 01
 #   counted as K = 12 bytes per parameter, split over the ranks at every stage from 1 on.
-#   <!-- claim: save-checkpoint-files-per-stage -->
+#   <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: save-checkpoint-default-tag-and-latest-last --> <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: model-states-file-holds-module-steps-config --> <!-- claim: stage0-optimizer-in-the-model-states-file --> <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: optim-states-bf16-prefix-only-in-bf16 --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions -->
 #
 # ### Exercise 1: predict the file sizes (3 points)
 #
@@ -82,13 +84,13 @@ print(tr(f"tiny GPT: {PARAMS:,} parameters; {RANKS} ranks; checkpoints go to {WO
 # unit (`"1.5 GB"`, `"1.4 GiB"`); the test accepts 1 % either way. The test cell checks the lesson's model; hidden
 # tests check other sizes, stages and rank counts against `zerolab.engine.memory`, which is off limits in your cell.
 
-# %% [markdown] lang="zh" en="56340ddc25ca"
+# %% [markdown] lang="zh" en="08bdb547254f"
 # ## 1. `save_checkpoint` 写了什么
 #
-# `engine.save_checkpoint(save_dir)` 会写出一个 **tag 文件夹**（默认名为 `global_step<N>`），最后再写一个记录 tag 的文件 `latest`。它还会把 DeepSpeed 的 `zero_to_fp32.py` 复制到 `save_dir`。tag 文件夹里有：
+# `engine.save_checkpoint(save_dir)` 会写出一个 **tag 文件夹**（默认名为 `global_step<N>`），最后再写一个记录 tag 的文件 `latest`。从 stage 1 起，它还会把 DeepSpeed 的 `zero_to_fp32.py` 复制到 `save_dir`。tag 文件夹里有：
 #
-# - **模型状态（model states）**：stage 0-2 时是 `mp_rank_00_model_states.pt`，只由 rank 0 写出：模块完整的 16 位权重，加上参数名和形状、步数计数器和 `ds_config`。stage 3 时每个 rank 各写一个 `zero_pp_rank_<R>_mp_rank_00_model_states.pt`，而其中的模块只有占位符（第 2 节说明原因）。
-# - **优化器状态（optimizer states）**：每个 rank 一个 `bf16_zero_pp_rank_<R>_mp_rank_00_optim_states.pt`（fp16 或 fp32 时没有 `bf16_` 前缀）：该 rank 那一份 fp32 主权重和 Adam 的两个矩，也就是第 01 课算作每参数 K = 12 字节的那些状态，从 stage 1 起在每个 stage 都按 rank 切分。<!-- claim: save-checkpoint-files-per-stage -->
+# - **模型状态（model states）**：stage 0-2 时是 `mp_rank_00_model_states.pt`，只由 rank 0 写出：模块完整的 16 位权重，加上步数计数器和 `ds_config`，从 stage 1 起还有参数名和形状（stage 0 时这个文件还装着优化器的全部状态：stage 0 的保存没有优化器状态文件）。stage 3 时每个 rank 各写一个 `zero_pp_rank_<R>_mp_rank_00_model_states.pt`，而其中的模块只有占位符（第 2 节说明原因）。
+# - **优化器状态（optimizer states）**：每个 rank 一个 `bf16_zero_pp_rank_<R>_mp_rank_00_optim_states.pt`（fp16 或 fp32 时没有 `bf16_` 前缀）：该 rank 那一份 fp32 主权重和 Adam 的两个矩，也就是第 01 课算作每参数 K = 12 字节的那些状态，从 stage 1 起在每个 stage 都按 rank 切分。<!-- claim: save-checkpoint-files-per-stage --> <!-- claim: save-checkpoint-default-tag-and-latest-last --> <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: model-states-file-holds-module-steps-config --> <!-- claim: stage0-optimizer-in-the-model-states-file --> <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: optim-states-bf16-prefix-only-in-bf16 --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions -->
 #
 # ### 练习 1：预测文件大小（3 分）
 #
@@ -157,10 +159,10 @@ passed("exercise 1")
 # Now the real thing: the tiny GPT trained for two steps on 2 ranks and saved at stages 1, 2 and 3. Once your test
 # passes, the table lists every file DeepSpeed wrote with its size on disk, next to your prediction of its tensor
 # bytes (the rest is the pickle around the tensors: names, shapes, the `ds_config`, a few kB). The three saves
-# take a few minutes on a 2-core machine; a line after each says how long it took.
+# take a few minutes on a 2-core machine; a line after each says how long it took. <!-- claim: ckpt-files-a-few-kb-beyond-tensors -->
 
-# %% [markdown] lang="zh" en="88ac5ba448e6"
-# 下面是真实的运行：这个小 GPT 在 2 个 rank 上训练两步，分别在 stage 1、2、3 下保存。你的测试通过后，表格会列出 DeepSpeed 写出的每个文件及其磁盘大小，旁边是你对其中张量字节数的预测（其余部分是张量外面的 pickle：名字、形状、`ds_config`，几 kB）。在 2 核的机器上，这三次保存要花几分钟；每次保存完成后会有一行显示它用了多久。
+# %% [markdown] lang="zh" en="5332e4f1470f"
+# 下面是真实的运行：这个小 GPT 在 2 个 rank 上训练两步，分别在 stage 1、2、3 下保存。你的测试通过后，表格会列出 DeepSpeed 写出的每个文件及其磁盘大小，旁边是你对其中张量字节数的预测（其余部分是张量外面的 pickle：名字、形状、`ds_config`，几 kB）。在 2 核的机器上，这三次保存要花几分钟；每次保存完成后会有一行显示它用了多久。 <!-- claim: ckpt-files-a-few-kb-beyond-tensors -->
 
 # %%
 import time
@@ -205,12 +207,16 @@ if SAVED and revealed("exercise 1"):
 #
 # At stage 3 a rank holds a whole weight only while its layer computes: between uses each parameter is an empty
 # tensor on every rank, and its data lives in the partitions. <!-- claim: zero3-state-dict-holds-placeholders -->
-# `save_checkpoint` saves the module as it is, so the model-states files hold those empty placeholders. Load one into the plain model and PyTorch refuses; here is the real message:
+# (Parameters of at most `stage3_param_persistence_threshold` elements, 100,000 by default, are the exception: once
+# the first step is over they stay whole on every rank between steps. This lesson's configs set the threshold to 0, so every
+# parameter of the tiny GPT is partitioned.) `save_checkpoint` releases every parameter, those too, before it saves
+# the module, so the model-states files hold an empty placeholder for each parameter. Load one into the plain model
+# and PyTorch refuses; here is the real message: <!-- claim: stage3-small-parameters-stay-whole --> <!-- claim: zero3-model-states-files-hold-placeholders -->
 
-# %% [markdown] lang="zh" en="568661150a83"
+# %% [markdown] lang="zh" en="9677131ca70a"
 # ## 2. 合并，以及空空如也的 ZeRO-3 保存
 #
-# 在 stage 3，rank 只在某一层计算时才持有它的完整权重：不用的时候，每个参数在每个 rank 上都是一个空张量，数据存在各个分片里。<!-- claim: zero3-state-dict-holds-placeholders -->`save_checkpoint` 按原样保存模块，所以模型状态文件里装的就是这些空占位符。把其中一个加载进普通模型，PyTorch 会拒绝；下面是真实的报错：
+# 在 stage 3，rank 只在某一层计算时才持有它的完整权重：不用的时候，每个参数在每个 rank 上都是一个空张量，数据存在各个分片里。<!-- claim: zero3-state-dict-holds-placeholders -->（元素数不超过 `stage3_param_persistence_threshold`（默认 100,000）的参数是例外：第一步结束之后，它们在步与步之间在每个 rank 上都保持完整。本课的配置把这个阈值设为 0，所以小 GPT 的每个参数都被切分。）`save_checkpoint` 在保存模块之前会释放每一个参数，包括这些参数，所以模型状态文件里每个参数都是一个空占位符。把其中一个加载进普通模型，PyTorch 会拒绝；下面是真实的报错： <!-- claim: stage3-small-parameters-stay-whole --> <!-- claim: zero3-model-states-files-hold-placeholders -->
 
 # %%
 LOAD_ERROR = None
@@ -288,13 +294,15 @@ passed("exercise 2")
 # placeholders. The weights are in the checkpoint all the same, as fp32 partitions inside the optimizer-state
 # files; consolidating puts them back together (exercise 3). A world-size mismatch shows up only when DeepSpeed
 # loads its own checkpoint (section 3); a truncated file fails in `torch.load` itself; a dtype difference loads.
+# <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: truncated-file-fails-in-torch-load --> <!-- claim: load-state-dict-casts-dtype -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="573ab45d6e5d"
+# %% [markdown] lang="zh" en="fbed108fd141"
 # <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
 #
 # **答案。** 每一条 size mismatch 里，来自 checkpoint 的形状都是 `torch.Size([0])`：这些张量正是 ZeRO-3 的占位符。权重其实仍在 checkpoint 里，以 fp32 分片的形式存在各个优化器状态文件中；合并会把它们拼回去（练习 3）。world size 不一致只有在 DeepSpeed 加载它自己的 checkpoint 时才会出现（第 3 节）；文件被截断会在 `torch.load` 阶段就失败；dtype 不同则可以正常加载。
+# <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: truncated-file-fails-in-torch-load --> <!-- claim: load-state-dict-casts-dtype -->
 #
 # </details>
 
@@ -302,15 +310,16 @@ passed("exercise 2")
 # ### Exercise 3: consolidate (3 points)
 #
 # Write `consolidate(checkpoint_dir)`: from the folder `save_checkpoint` wrote (with its `latest`), return one
-# ordinary state dict `{parameter name: fp32 tensor}` equal to the weights the ranks trained, for any stage. Use
-# DeepSpeed's own functions (`deepspeed.utils.zero_to_fp32`), not a merge of your own. The test cell starts 2
-# ranks, trains and saves a ZeRO-3 checkpoint under a tag of its own in a temporary folder, and compares your state
-# dict with the parameters the ranks held (10 s to a minute, depending on the machine's load).
+# ordinary state dict `{parameter name: fp32 tensor}` equal to the weights the ranks trained, for any stage from 1
+# to 3. Use DeepSpeed's own functions (`deepspeed.utils.zero_to_fp32`), not a merge of your own. The test cell
+# starts 2 ranks, trains and saves a ZeRO-3 checkpoint under a tag of its own in a temporary folder, and compares
+# your state dict with the parameters the ranks held (10 s to a minute, depending on the machine's load).
+# <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master -->
 
-# %% [markdown] lang="zh" en="7ff85262b618"
+# %% [markdown] lang="zh" en="0d43e1b0bdd7"
 # ### 练习 3：合并（3 分）
 #
-# 编写 `consolidate(checkpoint_dir)`：对 `save_checkpoint` 写出的文件夹（带 `latest`），返回一个普通的 state dict `{参数名: fp32 张量}`，它要等于各 rank 训练出的权重，对任何 stage 都成立。请使用 DeepSpeed 自己的函数（`deepspeed.utils.zero_to_fp32`），不要自己写合并。测试单元格会启动 2 个 rank，训练并以它自己的 tag 在临时文件夹中保存一个 ZeRO-3 checkpoint，然后把你的 state dict 与各 rank 持有的参数比较（10 秒到 1 分钟，视机器负载而定）。
+# 编写 `consolidate(checkpoint_dir)`：对 `save_checkpoint` 写出的文件夹（带 `latest`），返回一个普通的 state dict `{参数名: fp32 张量}`，它要等于各 rank 训练出的权重，对 stage 1 到 3 的任何一个都成立。请使用 DeepSpeed 自己的函数（`deepspeed.utils.zero_to_fp32`），不要自己写合并。测试单元格会启动 2 个 rank，训练并以它自己的 tag 在临时文件夹中保存一个 ZeRO-3 checkpoint，然后把你的 state dict 与各 rank 持有的参数比较（10 秒到 1 分钟，视机器负载而定）。 <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex3_consolidate", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def consolidate(checkpoint_dir):
@@ -368,17 +377,23 @@ passed("exercise 3")
 
 # %% [markdown]
 # `zero_to_fp32` rebuilds each weight from the fp32 master partitions in the optimizer-state files, so it works
-# at every stage and needs no GPU and no DeepSpeed engine; the same script sits in every checkpoint folder
+# at every stage from 1 to 3 (a stage-0 save has no such files, and needs none: its model-states file holds the
+# weights whole) and needs no GPU and no DeepSpeed engine; the same script sits in every such checkpoint folder
 # (`python zero_to_fp32.py . out/`), and `zerolab ckpt consolidate DIR OUT` is a front to it (fp32, bf16 or fp16,
-# safetensors). Its memory need is the whole fp32 model in host RAM.
+# safetensors). Its memory need: `get_fp32_state_dict_from_zero_checkpoint` (exercise 3) returns the whole fp32
+# model in host RAM, while the script and `zerolab ckpt consolidate` map the optimizer-state files instead of
+# reading them and make and write one output shard at a time (5 GB by default), so they hold about one shard of
+# fp32 at a time, besides the model-states file they read whole (the 16-bit weights, at stages 1-2).
 #
 # The other way out is to save whole 16-bit weights at the end of training: `engine.save_16bit_model(dir)`. At
 # stage 3 it has something to save only when the config asks DeepSpeed to gather the partitions at save time.
+# <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: stage0-optimizer-in-the-model-states-file --> <!-- claim: model-states-file-holds-module-steps-config --> <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: zero-to-fp32-script-in-the-folder --> <!-- claim: zero-to-fp32-memory --> <!-- claim: save-16bit-model-whole-and-gather-flag -->
 
-# %% [markdown] lang="zh" en="59c31da3c180"
-# `zero_to_fp32` 从优化器状态文件里的 fp32 主权重分片重建每个权重，所以它在每个 stage 都能用，既不需要 GPU，也不需要 DeepSpeed 引擎；每个 checkpoint 文件夹里都有同一个脚本（`python zero_to_fp32.py . out/`），`zerolab ckpt consolidate DIR OUT` 则是它的一个前端（fp32、bf16 或 fp16，可输出 safetensors）。它需要在主机内存里放下整个 fp32 模型。
+# %% [markdown] lang="zh" en="8354a64dd6cf"
+# `zero_to_fp32` 从优化器状态文件里的 fp32 主权重分片重建每个权重，所以它在 stage 1 到 3 都能用（stage 0 的保存没有这些文件，也用不着：它的模型状态文件里就是完整的权重），既不需要 GPU，也不需要 DeepSpeed 引擎；每个这样的 checkpoint 文件夹里都有同一个脚本（`python zero_to_fp32.py . out/`），`zerolab ckpt consolidate DIR OUT` 则是它的一个前端（fp32、bf16 或 fp16，可输出 safetensors）。内存需求：`get_fp32_state_dict_from_zero_checkpoint`（练习 3）会在主机内存里返回整个 fp32 模型；而脚本和 `zerolab ckpt consolidate` 以内存映射（mmap）方式打开优化器状态文件而不把它们整个读入，并且一次只生成并写出一个输出分片（默认 5 GB），所以它们同一时刻只持有大约一个分片的 fp32 数据，另外还有整个读入的模型状态文件（stage 1-2 时其中是 16 位权重）。
 #
 # 另一条路是在训练结束时保存完整的 16 位权重：`engine.save_16bit_model(dir)`。在 stage 3，只有当配置要求 DeepSpeed 在保存时把分片 gather 起来，它才有东西可存。
+# <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: stage0-optimizer-in-the-model-states-file --> <!-- claim: model-states-file-holds-module-steps-config --> <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: zero-to-fp32-script-in-the-folder --> <!-- claim: zero-to-fp32-memory --> <!-- claim: save-16bit-model-whole-and-gather-flag -->
 
 # %% [markdown]
 # ### Exercise 4: a ZeRO-3 config whose 16-bit save loads (2 points)
@@ -386,12 +401,12 @@ passed("exercise 3")
 # Write `zero3_save_config(config)`: return a copy of the ds_config `config` (a dict; leave it unchanged) that
 # trains with ZeRO stage 3 and makes `engine.save_16bit_model(dir)` write the whole 16-bit weights, so that plain
 # `torch.load` + `load_state_dict` reads them. Keep every other field of `config`. The test checks your config
-# with DeepSpeed's own config class; after it passes, the cell below runs it for real.
+# with DeepSpeed's own config class; after it passes, the cell below runs it for real. <!-- claim: save-16bit-model-whole-and-gather-flag -->
 
-# %% [markdown] lang="zh" en="757fd3154063"
+# %% [markdown] lang="zh" en="a9fc505f24d5"
 # ### 练习 4：让 ZeRO-3 的 16 位保存可以被加载（2 分）
 #
-# 编写 `zero3_save_config(config)`：返回 ds_config `config`（一个 dict；不要修改它本身）的一个副本，它用 ZeRO stage 3 训练，并让 `engine.save_16bit_model(dir)` 写出完整的 16 位权重，使普通的 `torch.load` + `load_state_dict` 能读取它们。保留 `config` 的其他所有字段。测试用 DeepSpeed 自己的配置类检查你的配置；通过后，下面的单元格会真实地运行它。
+# 编写 `zero3_save_config(config)`：返回 ds_config `config`（一个 dict；不要修改它本身）的一个副本，它用 ZeRO stage 3 训练，并让 `engine.save_16bit_model(dir)` 写出完整的 16 位权重，使普通的 `torch.load` + `load_state_dict` 能读取它们。保留 `config` 的其他所有字段。测试用 DeepSpeed 自己的配置类检查你的配置；通过后，下面的单元格会真实地运行它。 <!-- claim: save-16bit-model-whole-and-gather-flag -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex4_zero3_save_config", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def zero3_save_config(config):
@@ -454,10 +469,10 @@ passed("exercise 4")
 
 # %% [markdown]
 # Your config, for real: ZeRO-3 on 2 ranks, `save_16bit_model`, then plain PyTorch loads the file into a fresh
-# model with `strict=True`.
+# model with `strict=True`. <!-- claim: save-16bit-model-whole-and-gather-flag -->
 
-# %% [markdown] lang="zh" en="2b4fb1ae761c"
-# 真实地运行你的配置：2 个 rank 上的 ZeRO-3，调用 `save_16bit_model`，然后用普通 PyTorch 以 `strict=True` 把文件加载进一个新模型。
+# %% [markdown] lang="zh" en="3ac5df454992"
+# 真实地运行你的配置：2 个 rank 上的 ZeRO-3，调用 `save_16bit_model`，然后用普通 PyTorch 以 `strict=True` 把文件加载进一个新模型。 <!-- claim: save-16bit-model-whole-and-gather-flag -->
 
 # %%
 _learner_config = learner_value(zero3_save_config, checkpoint_config(stage=2))
@@ -479,12 +494,12 @@ elif revealed("exercise 4"):
 #
 # A ZeRO checkpoint is cut for the world size that saved it: each optimizer-state file is one rank's flat
 # partition. Here is what DeepSpeed says when the 2-rank ZeRO-2 checkpoint of section 1 is loaded on 3 ranks
-# (measured now): <!-- claim: zero-checkpoint-cut-for-its-world-size -->
+# (measured now): <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions -->
 
-# %% [markdown] lang="zh" en="d5defd12f30a"
+# %% [markdown] lang="zh" en="dfa6121b49a8"
 # ## 3. 在另一个 GPU 数量上恢复训练
 #
-# ZeRO checkpoint 是按保存它的 world size 切分的：每个优化器状态文件都是某一个 rank 的扁平分片。下面是把第 1 节那个 2 rank 的 ZeRO-2 checkpoint 放到 3 个 rank 上加载时，DeepSpeed 给出的报错（现场实测）：<!-- claim: zero-checkpoint-cut-for-its-world-size -->
+# ZeRO checkpoint 是按保存它的 world size 切分的：每个优化器状态文件都是某一个 rank 的扁平分片。下面是把第 1 节那个 2 rank 的 ZeRO-2 checkpoint 放到 3 个 rank 上加载时，DeepSpeed 给出的报错（现场实测）：<!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions -->
 
 # %%
 if 2 in SAVED:
@@ -515,14 +530,14 @@ if 2 in SAVED:
 # loads universal checkpoints. The test saves a 2-rank ZeRO-2 job under a tag of its own, calls your function,
 # resumes on **3 ranks**
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
-# step counters continue (20 s to 2 minutes, depending on the machine's load).
+# step counters continue (20 s to 2 minutes, depending on the machine's load). <!-- claim: ds-to-universal-in-process-with-one-worker -->
 
-# %% [markdown] lang="zh" en="4e1668543425"
+# %% [markdown] lang="zh" en="4175234fbdf4"
 # 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。<!-- claim: universal-checkpoint-per-parameter --> <!-- claim: universal-info-needed-at-stages-1-2 -->（在 stage 1 和 2，保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`，本课的运行都传了它：DeepSpeed 0.19.8 只为 AutoTP 和 AutoEP 模型自动写入它，0.4 就是它的 `UNIVERSAL_CHECKPOINT_VERSION_VALUE`。对没有它的保存，`ds_to_universal --inject_missing_state` 会把它补上。stage 3 的保存不需要它也能转换。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #
-# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会用它自己的 tag 保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（20 秒到 2 分钟，视机器负载而定）。
+# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会用它自己的 tag 保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（20 秒到 2 分钟，视机器负载而定）。 <!-- claim: ds-to-universal-in-process-with-one-worker -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_prepare_resume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def prepare_resume(checkpoint_dir, universal_dir, config):
@@ -613,36 +628,38 @@ passed("exercise 5")
 # to read when `load_universal` is on. The global step and Adam's step count come back, so the learning-rate
 # schedule and Adam's bias correction go on as if nothing had happened. `zerolab ckpt inspect` prints the exact
 # conversion command for any ZeRO checkpoint.
+# <!-- claim: universal-checkpoint-per-parameter --> <!-- claim: load-universal-reads-latest-universal --> <!-- claim: universal-resume-restores-the-steps -->
 #
 # </details>
 
-# %% [markdown] lang="zh" en="23f11d40e4a2"
+# %% [markdown] lang="zh" en="1eee8f106ad3"
 # <details><summary>原理：测试单元格输出“正确。”之后再展开</summary>
 #
 # universal 文件夹把每个参数完整地存下来，连同它的 fp32 主权重和 Adam 的两个矩，所以加载它的作业会按自己的 world size 切出自己的分片；当 `load_universal` 打开时，`latest_universal` 告诉 `load_checkpoint` 读哪个 tag。全局步数和 Adam 的步数计数都被恢复，所以学习率调度和 Adam 的偏差校正会像什么都没发生一样继续下去。对任何 ZeRO checkpoint，`zerolab ckpt inspect` 都会打印出确切的转换命令。
+# <!-- claim: universal-checkpoint-per-parameter --> <!-- claim: load-universal-reads-latest-universal --> <!-- claim: universal-resume-restores-the-steps -->
 #
 # </details>
 
 # %% [markdown]
 # ## Summary
 #
-# - `save_checkpoint` writes `latest`, a tag folder, and `zero_to_fp32.py`; rank 0 writes `latest` without waiting
-#   for the others, so a job killed during a save can leave a `latest` that names an incomplete tag
+# - `save_checkpoint` writes `latest`, a tag folder, and (from stage 1 on) `zero_to_fp32.py`; rank 0 writes `latest`
+#   without waiting for the others, so a job killed during a save can leave a `latest` that names an incomplete tag
 #   (`zerolab ckpt inspect` says which rank's file is missing).
 # - One optimizer-state file per rank holds its share of the fp32 master weights and Adam moments (12 bytes per
 #   parameter over the ranks); the module file holds whole 16-bit weights at stages 0-2 and placeholders at stage 3.
-# - `zero_to_fp32` (or `zerolab ckpt consolidate`) rebuilds an ordinary state dict from any stage;
+# - `zero_to_fp32` (or `zerolab ckpt consolidate`) rebuilds an ordinary state dict from any stage from 1 to 3;
 #   `stage3_gather_16bit_weights_on_model_save` + `save_16bit_model` writes one directly at stage 3.
 # - A ZeRO checkpoint loads only on the world size that saved it; `ds_to_universal` + `load_universal` resumes on
-#   any other.
+#   any other. <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: latest-written-by-rank-0-without-waiting --> <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions --> <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: save-16bit-model-whole-and-gather-flag --> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: universal-checkpoint-per-parameter -->
 
-# %% [markdown] lang="zh" en="6c445f4fba9e"
+# %% [markdown] lang="zh" en="888f0e2a8f41"
 # ## 小结
 #
-# - `save_checkpoint` 写出 `latest`、一个 tag 文件夹和 `zero_to_fp32.py`；rank 0 写 `latest` 时并不等待其他 rank，所以保存途中被杀掉的作业可能留下一个指向不完整 tag 的 `latest`（`zerolab ckpt inspect` 会指出缺了哪个 rank 的文件）。
+# - `save_checkpoint` 写出 `latest`、一个 tag 文件夹和（从 stage 1 起）`zero_to_fp32.py`；rank 0 写 `latest` 时并不等待其他 rank，所以保存途中被杀掉的作业可能留下一个指向不完整 tag 的 `latest`（`zerolab ckpt inspect` 会指出缺了哪个 rank 的文件）。
 # - 每个 rank 一个优化器状态文件，装着它那一份 fp32 主权重和 Adam 的矩（每参数 12 字节，按 rank 切分）；模块文件在 stage 0-2 装着完整的 16 位权重，在 stage 3 只有占位符。
-# - `zero_to_fp32`（或 `zerolab ckpt consolidate`）能从任何 stage 重建普通的 state dict；在 stage 3，`stage3_gather_16bit_weights_on_model_save` + `save_16bit_model` 可以直接写出一份。
-# - ZeRO checkpoint 只能在保存它的 world size 上加载；`ds_to_universal` + `load_universal` 可以在任意其他 world size 上恢复。
+# - `zero_to_fp32`（或 `zerolab ckpt consolidate`）能从 stage 1 到 3 的任何 stage 重建普通的 state dict；在 stage 3，`stage3_gather_16bit_weights_on_model_save` + `save_16bit_model` 可以直接写出一份。
+# - ZeRO checkpoint 只能在保存它的 world size 上加载；`ds_to_universal` + `load_universal` 可以在任意其他 world size 上恢复。 <!-- claim: ckpt-latest-beside-the-tag-folder --> <!-- claim: latest-written-by-rank-0-without-waiting --> <!-- claim: save-checkpoint-files-per-stage --> <!-- claim: optim-states-hold-the-ranks-fp32-partitions --> <!-- claim: zero3-model-states-files-hold-placeholders --> <!-- claim: zero-to-fp32-rebuilds-from-the-fp32-master --> <!-- claim: save-16bit-model-whole-and-gather-flag --> <!-- claim: zero-checkpoint-cut-for-its-world-size --> <!-- claim: universal-checkpoint-per-parameter -->
 
 # %%
 shutil.rmtree(WORK, ignore_errors=True)

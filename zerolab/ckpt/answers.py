@@ -67,12 +67,14 @@ class _NoProcessPool:
 
     def __init__(self, max_workers=None, **_):
         raise AssertionError(
+            # claim: ds-to-universal-in-process-with-one-worker
             f"process pool: ds_to_universal started a pool of {max_workers} worker processes, which the grading "
             "sandbox's process cap refuses (PermissionError there); pass num_extract_workers=1 and "
             "num_merge_workers=1, so that the conversion runs in this process")
 
 
 @contextlib.contextmanager
+# claim: ds-to-universal-in-process-with-one-worker
 def no_process_pool():
     """A context in which DeepSpeed's ds_to_universal cannot start a process pool, in Jupyter as under grading:
     the visible test then fails where grading would, with a message that says why."""

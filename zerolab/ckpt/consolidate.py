@@ -27,6 +27,7 @@ def consolidate(checkpoint_dir, output_dir, dtype="fp32", safetensors=False, tag
                               '"checkpoint": {"load_universal": true}, or consolidate the ZeRO checkpoint it was '
                               "converted from")
     if checkpoint.stage == 0:
+        # claim: model-states-file-holds-module-steps-config # claim: stage0-optimizer-in-the-model-states-file
         raise CheckpointError("a stage-0 checkpoint needs no consolidation: its model-states file holds the whole "
                               "weights under 'module' (torch.load(...)['module'])")
     output_dir = os.path.abspath(output_dir)
@@ -59,6 +60,7 @@ def _listing(folder):
     return {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns for name in os.listdir(folder)}
 
 
+# claim: deepspeed-warns-when-it-falls-back-to-cpu
 def _quiet_deepspeed():
     """DeepSpeed announces its accelerator on import; on CPU ranks that is the expected one."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")

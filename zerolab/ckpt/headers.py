@@ -10,7 +10,7 @@ import pickle
 import zipfile
 from dataclasses import dataclass
 
-# torch's legacy storage class names, as torch.save still writes them, and the bytes of one element
+# torch's legacy storage class names, as torch.save still writes them, and the bytes of one element  # claim: torch-save-zip-with-legacy-storage-names
 STORAGE_DTYPES = {
     "FloatStorage": ("float32", 4), "DoubleStorage": ("float64", 8), "HalfStorage": ("float16", 2),
     "BFloat16Storage": ("bfloat16", 2), "LongStorage": ("int64", 8), "IntStorage": ("int32", 4),
@@ -122,6 +122,7 @@ def read_header(path):
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
+            # claim: torch-save-zip-with-legacy-storage-names
             pickles = [name for name in names if name.endswith("/data.pkl") or name == "data.pkl"]
             if not pickles:
                 raise NotATorchFile("it holds no data.pkl")

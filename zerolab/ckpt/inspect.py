@@ -15,10 +15,14 @@ from dataclasses import dataclass, field
 from zerolab.ckpt.headers import NotATorchFile, read_header, storage_bytes
 from zerolab.errors import UserError
 
+# claim: save-checkpoint-files-per-stage
 MODEL_ZERO3 = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$")
 MODEL_WHOLE = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
+# claim: optim-states-bf16-prefix-only-in-bf16
 OPTIM = re.compile(r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
+# claim: universal-checkpoint-per-parameter
 UNIVERSAL_STATES = ("fp32.pt", "exp_avg.pt", "exp_avg_sq.pt")
+# claim: save-16bit-model-whole-and-gather-flag
 SIXTEEN_BIT_FILES = ("pytorch_model.bin", "model.safetensors")
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -77,7 +81,7 @@ class Checkpoint:
         return found
 
     def empty_weights(self):
-        """True when the module files hold only placeholders (ZeRO-3 saved without gathering)."""
+        """True when the module files hold only placeholders (a ZeRO-3 save_checkpoint, whatever the gather flag)."""
         model = [f for f in self.files if f.kind == "model states"]
         return bool(model) and not any(sum(f.tensor_bytes.values()) for f in model)
 
@@ -85,18 +89,22 @@ class Checkpoint:
         """[(what, shell command)]: how to consolidate, convert or load this checkpoint."""
         folder, out = _quote(self.folder), "OUT"
         if self.universal:
+            # claim: universal-checkpoint-per-parameter # claim: load-universal-reads-latest-universal
             return [("resume on any number of ranks",
                      f'ds_config "checkpoint": {{"load_universal": true}}, then engine.load_checkpoint({self.folder!r})')]
         if self.stage == 0:
+            # claim: model-states-file-holds-module-steps-config # claim: stage0-optimizer-in-the-model-states-file
             return [("load", f"torch.load({os.path.join(self.tag_dir, 'mp_rank_00_model_states.pt')!r})"
                              "['module']  (stage 0: the weights are whole in the model-states file)")]
         script = os.path.join(self.folder, "zero_to_fp32.py")
+        # claim: zero-to-fp32-script-in-the-folder
         deepspeed_own = (f"python {_quote(script)} {folder} {out}" if os.path.isfile(script)
                          else f"python -m deepspeed.utils.zero_to_fp32 {folder} {out}")
         universal_dir = self.folder.rstrip(os.sep) + "_universal"
         convert = (f"python -m deepspeed.checkpoint.ds_to_universal --input_folder {_quote(self.tag_dir)} "
                    f"--output_folder {_quote(os.path.join(universal_dir, self.tag))}")
         if not self.has_universal_info:
+            # claim: universal-info-needed-at-stages-1-2
             convert += " --inject_missing_state"
         return [("consolidate to one fp32 state dict", f"zerolab ckpt consolidate {folder} {out}"),
                 ("the same with DeepSpeed's own script", deepspeed_own),
@@ -111,20 +119,26 @@ class Checkpoint:
             params = len({f.name.split(os.sep)[0] for f in self.files if f.kind == "universal" and os.sep in f.name})
             out.append(f"complete    yes: the model-states file and {params} parameter folders with "
                        f"{', '.join(UNIVERSAL_STATES)}")
+            # claim: universal-checkpoint-per-parameter
             out.append("universal   yes: loads on any number of ranks")
         else:
             optim = sum(f.kind == "optimizer states" for f in self.files)
             model = sum(f.kind == "model states" for f in self.files)
             out.append(f"complete    yes: {model} model-states file(s), {optim} optimizer-state file(s)")
+            # claim: zero-checkpoint-cut-for-its-world-size
             out.append("universal   no: loads only on " f"{self.dp_world_size} data-parallel rank(s)")
         out.append("dtypes      " + "; ".join(
             f"{kind}: " + ", ".join(f"{DTYPE_SHORT.get(d, d)} {_size(b)}" for d, b in sorted(sizes.items()))
             for kind, sizes in self.dtypes().items()))
         if self.empty_weights():
-            out.append("weights     the model-states files hold empty placeholders (ZeRO-3 saved without gathering):"
+            # claim: zero3-model-states-files-hold-placeholders # claim: optim-states-hold-the-ranks-fp32-partitions
+            out.append("weights     the model-states files hold empty placeholders (ZeRO-3's save_checkpoint saves no whole weight):"
                        " the weights exist only as fp32 partitions in the optimizer states; consolidate them")
         for name in self.sixteen_bit_files:
-            out.append(f"16-bit      {name}: a whole 16-bit state dict (save_16bit_model), loads with torch.load")
+            # claim: save-16bit-model-whole-and-gather-flag
+            loader = "safetensors.torch.load_file" if name.endswith(".safetensors") else "torch.load"
+            out.append(f"16-bit      {name}: a whole 16-bit state dict (save_16bit_model writes pytorch_model.bin), loads "
+                       f"with {loader}")
         if not self.universal:
             out.append("files")
             width = max(len(f.name) for f in self.files)
@@ -178,6 +192,7 @@ def _locate(path, tag):
     tags = sorted(name for name in os.listdir(path) if _model_files(os.path.join(path, name)))
     if tags:
         raise CheckpointError(
+            # claim: save-checkpoint-default-tag-and-latest-last
             f"no `latest` file in {path}: DeepSpeed writes it last, so the save that made tag(s) "
             f"{', '.join(tags)} may not have finished; inspect one: zerolab ckpt inspect {os.path.join(path, tags[-1])}")
     raise CheckpointError(f"not a DeepSpeed checkpoint: {path} has no `latest` file and no *_model_states.pt files")
@@ -246,6 +261,7 @@ def _zero(folder, tag, source):
     return checkpoint
 
 
+# claim: latest-written-by-rank-0-without-waiting # claim: zero-to-fp32-refuses-a-missing-rank-file
 def _missing(tag_dir, name, rank, dp):
     return CheckpointError(
         f"incomplete checkpoint: rank {rank}'s file {name} is missing from {tag_dir} (a {dp}-rank save needs one per "
@@ -257,6 +273,7 @@ def _universal(folder, tag, source):
     whole = [n for n in sorted(os.listdir(tag_dir)) if MODEL_WHOLE.match(n) or MODEL_ZERO3.match(n)]
     if not whole:
         raise CheckpointError(f"incomplete universal checkpoint: {tag_dir} has a zero/ folder but no "
+                              # claim: ds-to-universal-in-process-with-one-worker
                               "mp_rank_00_model_states.pt (ds_to_universal copies it there)")
     state, stage = _common(os.path.join(tag_dir, whole[0]))
     checkpoint = Checkpoint(folder, tag, source, True, stage, int(state["dp_world_size"]),
@@ -276,7 +293,7 @@ def _universal(folder, tag, source):
         names = sorted(n for n in os.listdir(os.path.join(zero_dir, param)) if n.endswith(".pt"))
         for name in names:
             checkpoint.files.append(_file(zero_dir, os.path.join(param, name), "universal", None))
-    for name in sorted(os.listdir(zero_dir)):  # the optimizer's common state (param groups, step)
+    for name in sorted(os.listdir(zero_dir)):  # the optimizer's common state (param groups; each step count is in a parameter's step.pt)  # claim: ds-to-universal-in-process-with-one-worker
         if name.endswith(".pt") and os.path.isfile(os.path.join(zero_dir, name)):
             checkpoint.files.append(_file(zero_dir, name, "universal", None))
     return checkpoint

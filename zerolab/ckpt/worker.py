@@ -15,6 +15,7 @@ import sys
 
 from zerolab.run.worker import emit, serve
 
+# claim: universal-info-needed-at-stages-1-2
 def universal_info():
     """What ds_to_universal needs at stages 1-2 and DeepSpeed writes only for AutoTP/AutoEP models: the universal
     checkpoint format's version, DeepSpeed's own constant (0.4 in 0.19.8)."""
@@ -65,7 +66,7 @@ def run_job(job, rank):
         engine.save_checkpoint(job["save_dir"], tag=job.get("save_tag"), client_state=universal_info())
         if job.get("save_16bit"):
             engine.save_16bit_model(job["save_dir"], job["save_16bit"])
-    # what `engine.module.state_dict()` holds after the job (ZeRO-3: placeholders, whatever the config says)
+    # what `engine.module.state_dict()` holds after the job (ZeRO-3: placeholders above the persistence threshold, whatever the gather flag says)  # claim: zero3-state-dict-holds-placeholders
     state_dict_numel = sum(tensor.numel() for tensor in engine.module.state_dict().values())
     return {"rank": rank, "loaded": loaded, "final": snapshot(engine), "state_dict_numel": state_dict_numel}
 
@@ -81,6 +82,7 @@ def snapshot(engine):
     return {"global_steps": engine.global_steps, "optimizer_step": optimizer_step(engine), "params": values}
 
 
+# claim: torch-adam-step-in-each-parameter-state
 def optimizer_step(engine):
     """The step count torch's Adam keeps in its state (the same on every parameter it has touched)."""
     optimizer = engine.optimizer

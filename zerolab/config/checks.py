@@ -14,7 +14,7 @@ BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_ac
 
 def zero_block(config):
     zero = config.get("zero_optimization", {})
-    if zero is True:  # legacy boolean: DeepSpeed maps it to stage 1
+    if zero is True:  # legacy boolean: DeepSpeed maps it to stage 1  # claim: zero-optimization-true-means-stage-1
         return {"stage": 1}
     return zero if isinstance(zero, dict) else {}
 
@@ -39,17 +39,17 @@ def unknown_top_level_keys(config, world_size):
             continue
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}?" if close else "remove it, or check the spelling against the DeepSpeed docs"
-        findings.append(Finding(key, "warning", f"DeepSpeed does not read this key and silently ignores it; {hint}"))
+        findings.append(Finding(key, "warning", f"DeepSpeed does not read this key and silently ignores it; {hint}"))  # claim: config-blocks-strict-top-level-loose
     return findings
 
 
 def removed_features(config, world_size):
     """All removed keys at once (DeepSpeed stops at the first one)."""
     from deepspeed.runtime import config as ds
-    found = [Finding(key, "error", f"removed from DeepSpeed: {message}")
+    found = [Finding(key, "error", f"removed from DeepSpeed: {message}")  # claim: removed-features-raise-pointing-to-issue-8489
              for key, message in ds._REMOVED_TOP_LEVEL_CONFIG_KEYS.items() if key in config]
     zero = zero_block(config)
-    found += [Finding(f"zero_optimization.{key}", "error", f"removed from DeepSpeed: {message}")
+    found += [Finding(f"zero_optimization.{key}", "error", f"removed from DeepSpeed: {message}")  # claim: removed-features-raise-pointing-to-issue-8489
               for key, message in ds._REMOVED_ZERO_CONFIG_KEYS.items() if key in zero]
     return found
 
@@ -59,7 +59,7 @@ def offload_param_below_stage_3(config, world_size):
     stage = zero_stage(config)
     if block and block.get("device", "none") not in ("none", "auto") and stage < 3:
         return [Finding("zero_optimization.offload_param", "warning",
-                        f"parameter offload works only with stage 3; at stage {stage} DeepSpeed ignores it and "
+                        f"parameter offload works only with stage 3; at stage {stage} DeepSpeed ignores it and "  # claim: offload-param-ignored-below-stage-3
                         "keeps the parameters on the GPU. Set \"stage\": 3 or remove offload_param")]
     return []
 
@@ -69,7 +69,7 @@ def stage3_keys_below_stage_3(config, world_size):
     if stage == 3:
         return []
     return [Finding(f"zero_optimization.{key}", "warning",
-                    f"a stage-3 setting; at stage {stage} DeepSpeed ignores it. Remove it or set \"stage\": 3")
+                    f"a stage-3 setting; at stage {stage} DeepSpeed ignores it. Remove it or set \"stage\": 3")  # claim: stage3-keys-ignored-below-stage-3
             for key in zero_block(config) if key.startswith("stage3_")]
 
 
@@ -77,8 +77,10 @@ def offload_without_zero(config, world_size):
     block = _offload(config, "offload_optimizer")
     if block and block.get("device", "none") in ("cpu", "nvme") and zero_stage(config) == 0:
         return [Finding("zero_optimization.offload_optimizer", "warning",
-                        "optimizer offload needs ZeRO stage 1, 2 or 3; at stage 0 DeepSpeed ignores it. "
-                        "Set \"stage\": 2 (the usual choice with CPU offload)")]
+                        # claim: optimizer-offload-at-stage-0-builds-cpu-adam
+                        "optimizer offload needs ZeRO stage 1, 2 or 3; at stage 0 nothing is offloaded, yet DeepSpeed "
+                        "still swaps Adam or AdamW (without torch_adam) for its CPU Adam, which refuses parameters on "
+                        "the GPU at the first step. Set \"stage\": 2 (the usual choice with CPU offload)")]
     return []
 
 
@@ -93,6 +95,7 @@ def nvme_without_path(config, world_size):
         if name == "offload_param" and zero_stage(config) < 3:
             continue  # ignored anyway, reported by offload_param_below_stage_3
         findings.append(Finding(f"zero_optimization.{name}.nvme_path", "error",
+                                # claim: nvme-without-path-accepted # claim: nvme-without-path-fails-at-start-up
                                 "device is \"nvme\" but nvme_path is not set; DeepSpeed accepts the config and then "
                                 "fails building the swap folder (os.path.join(None, ...)). Set nvme_path to a "
                                 "directory on a fast local NVMe drive, e.g. \"/local_nvme\""))
@@ -104,6 +107,7 @@ def nvme_optimizer_below_stage_3(config, world_size):
     stage = zero_stage(config)
     if block and block.get("device") == "nvme" and 1 <= stage < 3:
         return [Finding("zero_optimization.offload_optimizer.device", "warning",
+                        # claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload
                         f"NVMe offload is ZeRO-Infinity, stage 3 only. At stage {stage} DeepSpeed offloads to CPU "
                         "RAM instead (stage_1_and_2.py treats every device but \"none\" as CPU offload), so "
                         "host RAM must hold the optimizer state and nvme_path is unused. Write \"cpu\", or use "
@@ -116,37 +120,39 @@ def auto_values(config, world_size):
     zero_optimization / fp16 / bf16 (the field takes its default) and keeps it as a string elsewhere."""
     findings = []
     for path, value in _leaves(config):
-        if value != "auto" or path in BATCH_KEYS:  # batch "auto": DeepSpeed raises, validate reports it
+        if value != "auto" or path in BATCH_KEYS:  # batch "auto": DeepSpeed raises, validate reports it  # claim: auto-batch-fields-raise-typeerror
             continue
         top = path.split(".")[0]
         if top in ("zero_optimization", *PRECISION_BLOCKS):
             default = _default_of(path)
             findings.append(Finding(path, "warning",
+                                    # claim: hf-trainer-fills-auto # claim: auto-dropped-inside-blocks # claim: auto-dropped-in-precision-blocks
                                     f"\"auto\" is only filled in by the Hugging Face Trainer / Accelerate; DeepSpeed "
                                     f"alone drops it silently and uses the default ({default}). Write the value"))
         else:
             findings.append(Finding(path, "error",
+                                    # claim: hf-trainer-fills-auto # claim: auto-kept-as-string-outside-the-blocks
                                     "\"auto\" is only filled in by the Hugging Face Trainer / Accelerate; DeepSpeed "
                                     "alone keeps the string \"auto\" and fails when it uses it. Write the value"))
     return findings
 
 
 def batch_arithmetic(config, world_size):
-    """The floor-division trap: DeepSpeed derives a missing batch field with //, which can leave a remainder."""
+    """The floor-division trap: DeepSpeed derives a missing batch field with //, which can leave a remainder."""  # claim: batch-term-derived-by-floor-division
     tbs, mbs, gas = (config.get(k) for k in BATCH_KEYS)
     if not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0) for v in (tbs, mbs, gas)):
         return []
     if tbs is not None and mbs is not None and gas is None and tbs % (mbs * world_size):
         derived = tbs // mbs // world_size
         return [Finding("train_batch_size", "error",
-                        f"DeepSpeed derives gradient_accumulation_steps = {tbs} // {mbs} // {world_size} = {derived} "
+                        f"DeepSpeed derives gradient_accumulation_steps = {tbs} // {mbs} // {world_size} = {derived} "  # claim: batch-term-derived-by-floor-division
                         f"(floor division), and {mbs} x {derived} x {world_size} = {mbs * derived * world_size} != "
                         f"train_batch_size {tbs}. Make train_batch_size a multiple of "
                         f"micro batch x world size ({mbs * world_size})")]
     if tbs is not None and gas is not None and mbs is None and tbs % (gas * world_size):
         derived = tbs // world_size // gas
         return [Finding("train_batch_size", "error",
-                        f"DeepSpeed derives train_micro_batch_size_per_gpu = {tbs} // {world_size} // {gas} = "
+                        f"DeepSpeed derives train_micro_batch_size_per_gpu = {tbs} // {world_size} // {gas} = "  # claim: batch-term-derived-by-floor-division
                         f"{derived} (floor division), which does not multiply back to {tbs}. Make "
                         f"train_batch_size a multiple of gradient_accumulation_steps x world size "
                         f"({gas * world_size})")]
@@ -159,7 +165,7 @@ def pin_memory_default(config, world_size):
         block = _offload(config, name)
         if block and block.get("device") in ("cpu", "nvme") and "pin_memory" not in block:
             notes.append(Finding(f"zero_optimization.{name}.pin_memory", "note",
-                                 "not set: DeepSpeed 0.19.8 pins the offloaded memory by default (it was false "
+                                 "not set: DeepSpeed 0.19.8 pins the offloaded memory by default (it was false "  # claim: offload-pin-memory-defaults-true
                                  "before). Pinned RAM cannot be swapped; on low-RAM hosts (Colab, WSL) set "
                                  "\"pin_memory\": false if the process is killed with -9"))
     return notes
@@ -170,7 +176,7 @@ def overlap_comm_default(config, world_size):
     if zero and "overlap_comm" not in zero:
         stage = zero_stage(config)
         return [Finding("zero_optimization.overlap_comm", "note",
-                        f"not set: DeepSpeed picks {stage == 3} for stage {stage} (true only for stage 3; its docs "
+                        f"not set: DeepSpeed picks {stage == 3} for stage {stage} (true only for stage 3; its docs "  # claim: overlap-comm-default-by-stage
                         "table says false). Set it explicitly to say what you mean")]
     return []
 
@@ -181,7 +187,7 @@ def contiguous_gradients_forced(config, world_size):
     if (zero.get("contiguous_gradients") is False and block and block.get("device") in ("cpu", "nvme")
             and zero_stage(config) in (1, 2)):
         return [Finding("zero_optimization.contiguous_gradients", "warning",
-                        "false is ignored under optimizer offload: stage 1/2 force it on "
+                        "false is ignored under optimizer offload: stage 1/2 force it on "  # claim: offload-forces-contiguous-gradients
                         "(contiguous_gradients or cpu_offload, stage_1_and_2.py). Remove it or set true")]
     return []
 
@@ -202,18 +208,19 @@ def bf16_master_weights_without_cpu_adam(config, world_size):
     kind = str(optimizer.get("type", "")).lower() if optimizer else None
     path = f"{'bf16' if isinstance(config.get('bf16'), dict) else 'bfloat16'}.bf16_master_weights_and_grads"
     if not offload:
+        # claim: bf16-master-weights-need-cpu-adam
         return [Finding(path, "error", "DeepSpeed 0.19.8 accepts the config, then refuses it in deepspeed.initialize: "
                         "\"Master weights feature requires ZeRO Offload with DeepSpeedCPUAdam\". With fp32 optimizer "
                         "states the bf16 master weights are stepped on the CPU: set "
                         "zero_optimization.offload_optimizer.device to \"cpu\" with an Adam or AdamW optimizer, or "
                         "also set bf16_optimizer_states to true to keep the states in bf16 on the device")]
     if optimizer is None:
-        return [Finding(path, "warning", "the optimizer you pass to deepspeed.initialize must be DeepSpeedCPUAdam: "
+        return [Finding(path, "warning", "the optimizer you pass to deepspeed.initialize must be DeepSpeedCPUAdam: "  # claim: bf16-master-weights-need-cpu-adam
                         "with bf16 master weights and optimizer offload, DeepSpeed 0.19.8 refuses any other "
                         "(\"Master weights feature requires ZeRO Offload with DeepSpeedCPUAdam\")")]
     if kind not in ("adam", "adamw") or params.get("torch_adam") is True:
         built = "torch's Adam (torch_adam)" if kind in ("adam", "adamw") else f"the {optimizer.get('type')} optimizer"
-        return [Finding(path, "error", f"DeepSpeed 0.19.8 accepts the config, then refuses it in "
+        return [Finding(path, "error", f"DeepSpeed 0.19.8 accepts the config, then refuses it in "  # claim: bf16-master-weights-need-cpu-adam
                         f"deepspeed.initialize: \"Master weights feature requires ZeRO Offload with "
                         f"DeepSpeedCPUAdam\". This config builds {built}, not DeepSpeedCPUAdam: use optimizer "
                         f"type Adam or AdamW without torch_adam")]

@@ -62,11 +62,11 @@ def read_settings(source, world_size=1):
     optimizer_device = _device(zero.offload_optimizer)
     param_device = _device(zero.offload_param)
     if stage == 0:
-        optimizer_device = "none"  # no ZeRO optimizer to offload
+        optimizer_device = "none"  # no ZeRO optimizer to offload  # claim: optimizer-offload-at-stage-0-builds-cpu-adam
     elif stage < 3 and optimizer_device == "nvme":
-        optimizer_device = "cpu"  # stage_1_and_2.py: any device but none means CPU offload
+        optimizer_device = "cpu"  # stage_1_and_2.py: any device but none means CPU offload  # claim: nvme-optimizer-offload-below-stage-3-is-cpu-offload
     if stage < 3:
-        param_device = "none"  # DeepSpeed never passes offload_param to the stage 1/2 optimizer
+        param_device = "none"  # DeepSpeed never passes offload_param to the stage 1/2 optimizer  # claim: offload-param-ignored-below-stage-3
     _, parsed = validate(config, world_size)
     grad_accum, micro = _batch(config, parsed)
     return Settings(stage=stage, offload_optimizer=optimizer_device, offload_param=param_device,

@@ -12,6 +12,7 @@ OPTIONS = {
             ("fp32_grads", "fp32 gradients + fp32 momentum + fp32 variance"),
             ("six_bytes_each", "fp32 momentum + fp32 variance, 6 bytes each"),
             ("master_and_moments", "fp32 master weights + fp32 momentum + fp32 variance")),
+    # claim: overlap-comm-default-by-stage  # claim: overlap-comm-second-bucket-at-stages-1-2
     "Q10": (("stage_dependent", "off by default for stages 0 to 2 and on for stage 3; in stages 1-2 it costs a second "
                                 "bucket buffer"),
             ("everywhere_4_5x", "on by default for every stage; it costs 4.5x `reduce_bucket_size` of extra memory"),
@@ -19,6 +20,7 @@ OPTIONS = {
             ("faster", "on by default for stages 1 and 2 and off for stage 3; it makes communication faster")),
     "Q13": (("doubles_ram", "pinned memory is extra host memory on top of the offloaded state, so it doubles host RAM"),
             ("off_by_default", "it is off by default and should always be turned on"),
+            # claim: offload-pin-memory-defaults-true  # claim: offload-pin-memory-pins-the-host-buffers
             ("page_locked", "it page-locks the host buffers so GPU copies run asynchronously at full PCIe speed; it is "
                             "on by default, and hosts with little RAM should turn it off"),
             ("gpu_pinned", "it pins the GPU memory so that PyTorch cannot free it")),
@@ -30,9 +32,13 @@ OPTIONS = {
                            "holds them whole"),
             ("no_gradients", "the calculator left out the gradients, which ZeRO never partitions"),
             ("allocator", "PyTorch's caching allocator frees nothing until the optimizer step ends"),
+            # claim: hf-rmsnorm-keeps-fp32-input  # claim: hf-causal-lm-loss-fp32-vocabulary-gradient
             ("hf_activations", "the calculator counted activations as Megatron's GPT layer keeps them; Hugging Face's "
                                "Llama code keeps more (an fp32 copy of the input in each RMSNorm) and "
                                "starts backward with the loss's fp32 gradients over the whole vocabulary")),
+    # claim: save-checkpoint-files-per-stage  # claim: optim-states-hold-the-ranks-fp32-partitions
+    # claim: zero3-model-states-files-hold-placeholders
+    # claim: ckpt-latest-beside-the-tag-folder
     "Q20": (("shards", "per rank: a model-states file whose weights are empty placeholders, and an optimizer-states "
                        "file with that rank's fp32 master weights and Adam moments (`latest` and the "
                        "`zero_to_fp32.py` script go one level up, beside the tag's folder)"),
@@ -40,6 +46,7 @@ OPTIONS = {
             ("whole_per_rank", "on every rank, the whole bf16 model and all its Adam states"),
             ("weights_only", "per rank, that rank's bf16 shard of the weights; the optimizer states are not saved")),
     "Q21": (("just_load", "nothing: `load_checkpoint` re-partitions the optimizer states for any number of ranks"),
+            # claim: universal-checkpoint-per-parameter
             ("universal", "convert it with `python -m deepspeed.checkpoint.ds_to_universal`, then resume with "
                           "`\"checkpoint\": {\"load_universal\": true}`"),
             ("fp32_restart", "consolidate it with `zero_to_fp32` and resume from the fp32 weights: the Adam states "
@@ -47,6 +54,7 @@ OPTIONS = {
             ("cannot", "nothing can: a ZeRO checkpoint resumes only on the number of ranks that saved it")),
     "Q22": (("async", "the save is asynchronous, and the file is written only after the job ends"),
             ("fp32_on_cpu", "ZeRO-3 keeps the weights only in fp32 on the CPU, where the save does not look"),
+            # claim: zero3-state-dict-holds-placeholders
             ("placeholders", "outside forward and backward each rank holds only its shard, so the module's parameters "
                              "are empty placeholders, and `state_dict()` returns those"),
             ("bug", "a DeepSpeed bug: upgrading fixes it")),
@@ -75,6 +83,7 @@ def is_right(question, answer):
 # Q14: bf16 from Ampere (compute capability 8.0) on; fp16 with dynamic loss scaling before it.
 COMPUTE_CAPABILITY = {"T4": (7, 5), "A100": (8, 0)}
 # Q16: PyTorch FSDP's sharding strategies and the ZeRO stage closest to each (Hugging Face Accelerate's FSDP guide).
+# claim: fsdp-strategies-and-zero-stages
 FSDP_STAGE = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}
 
 

@@ -12,15 +12,16 @@ DeepSpeedZeroOptimizer      ``bit16_groups_flat`` (whole); gradient       ``sing
 (stage_1_and_2.py)          partition in ``averaged_gradients``, or the   rank's partition); the inner optimizer's
                             fp32 ``.grad`` of the master partition when   ``state``
                             the optimizer is offloaded
-DeepSpeedZeroOptimizer_     ``fp16_partitioned_groups_flat`` (this        ``fp32_partitioned_groups_flat`` (the same
-Stage3 (stage3.py)          rank's partition); ``grad_partitions_flat_    tensor as the 16-bit partition when training
-                            buffer``, or the master partition's fp32      in fp32); the inner optimizer's ``state``
-                            ``.grad`` under offload
+DeepSpeedZeroOptimizer_     ``fp16_partitioned_groups_flat`` (this        ``fp32_partitioned_groups_flat`` (a copy of
+Stage3 (stage3.py)          rank's partition); ``grad_partitions_flat_    its own also when training in fp32: stage3.py
+                            buffer``, or the master partition's fp32      means to reuse the partition, but compares a
+                            ``.grad`` under offload                       torch.device with a str); the inner
+                                                                          optimizer's ``state``
 ==========================  ===========================================  ============================================
 
 Rather than trusting the names alone, bytes are summed over the union of the memory ranges the tensors
 cover, so a view into a flat buffer is never counted twice and a master copy that is really the parameter
-tensor itself (fp32 stage 3, or a client optimizer) counts as no extra memory.
+tensor itself (a client optimizer) counts as no extra memory (claim zero3-fp32-master-copy-in-fp32-training).
 """
 import resource
 
