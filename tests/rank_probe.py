@@ -68,3 +68,33 @@ def deepspeed_initializes(job, namespace):
         except Exception as error:  # noqa: BLE001 - any refusal, with DeepSpeed's words
             outcomes.append({"accepted": False, "error": f"{type(error).__name__}: {error}"})
     return outcomes
+
+
+def muon_tags(job, namespace):
+    """{parameter name: use_muon} after deepspeed.initialize with optimizer type Muon, on a model with an embedding,
+    a hidden matrix, a norm and an output head, whose bias was tagged use_muon=True (and the matrix False) by hand
+    (tests/test_config_initialize.py)."""
+    import deepspeed
+    import torch
+
+    from zerolab.run.op_cache import skip_shm_comm_op
+
+    skip_shm_comm_op()
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = torch.nn.Embedding(32, 16)
+            self.hidden = torch.nn.Linear(16, 16)
+            self.norm = torch.nn.LayerNorm(16)
+            self.lm_head = torch.nn.Linear(16, 32, bias=False)
+
+        def forward(self, ids):
+            return self.lm_head(self.norm(self.hidden(self.embed_tokens(ids))))
+
+    net = Tiny()
+    net.hidden.bias.use_muon, net.hidden.weight.use_muon = True, False
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Muon", "params": {"lr": 1e-3}},
+              "zero_optimization": {"stage": job["stage"]}}
+    deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+    return {name: param.use_muon for name, param in net.named_parameters()}

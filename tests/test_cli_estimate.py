@@ -49,7 +49,28 @@ def test_bf16_master_weights_and_moments_halve_the_optimizer_state():
     assert [line for line in listed.stdout.splitlines() if line[:5].strip() == "0"] == []  # no stage 0 row
 
 
+def test_muon_keeps_one_momentum_for_the_matrices_it_steps():
+    """--optimizer muon (DeepSpeed's Muon): 4 bytes of fp32 master weight per parameter, 2 of bf16 momentum for the
+    6.5B parameters Muon steps and Adam's 8 for the other 0.5B; 7B on 8 GPUs at stage 3, everything partitioned:
+    (2 + 2 + 4) x 7e9 / 8 + (2 x 6.5e9 + 8 x 0.5e9) / 8 = 9.125 GB (tests/test_muon_measured.py measures the terms)."""
+    result = zerolab("estimate", "--params", "7B", "--gpus-per-node", "8", "--precision", "bf16", "--stage", "3",
+                     "--optimizer", "muon", "--muon-params", "6.5B", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["gpu_bytes"] == 9_125_000_000 and (row["optimizer"], row["muon_params"]) == ("muon", 6_500_000_000)
+    listed = zerolab("estimate", "--params", "7B", "--gpus-per-node", "8", "--precision", "bf16", "--optimizer", "muon",
+                     "--muon-params", "6.5B")
+    assert listed.returncode == 0 and "Muon for 6.5B of them, Adam for the rest" in listed.stdout, listed.stderr
+    stages = [line.split()[0] for line in listed.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert stages == ["1", "2", "3"], listed.stdout  # no stage 0 and no offload: not measured with Muon
+
+
 @pytest.mark.parametrize("args, needle", [
+    (["--params", "7B", "--optimizer", "muon", "--precision", "bf16"], "--optimizer muon needs --muon-params"),
+    (["--params", "7B", "--muon-params", "6B"], "--muon-params goes with --optimizer muon"),
+    (["--params", "7B", "--optimizer", "muon", "--muon-params", "8B", "--precision", "bf16"], "from 0 to params"),
+    (["--params", "7B", "--optimizer", "muon", "--muon-params", "6B", "--precision", "bf16", "--stage", "2",
+      "--offload-optimizer", "cpu"], "without offload"),
     (["--params", "13Q"], "--params"),
     (["--params", "13B", "--gpus-per-node", "x"], "not a whole number"),
     (["--params", "13B", "--stage", "2", "--offload-param", "cpu"], "offload_param needs stage 3"),

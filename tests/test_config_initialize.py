@@ -28,6 +28,20 @@ CASES = [config(stage, True, states, offload, torch_adam)
 CASES += [config(2, False, False, False, True),  # no bf16 master weights: the usual config
           config(2, False, True, False, True),  # bf16 states without bf16 master weights: the config class refuses
           config(0, True, False, True, False)]  # bf16 master weights without ZeRO: the config class refuses
+MUON_REASON = "Muon and reduce scatter cannot be used together"
+
+
+def muon(stage, reduce_scatter=None, offload=False):
+    zero = {"stage": stage, **({} if reduce_scatter is None else {"reduce_scatter": reduce_scatter}),
+            **({"offload_optimizer": {"device": "cpu"}} if offload else {})}
+    return {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}, "zero_optimization": zero,
+            "optimizer": {"type": "Muon", "params": {"lr": 1e-3}}}
+
+
+# DeepSpeed's Muon (the probe tags every 2-D parameter use_muon): stage 3 refuses it with reduce_scatter on.
+MUON_CASES = [muon(3), muon(3, True), muon(3, False), muon(3, offload=True), muon(3, False, offload=True), muon(2),
+              muon(1, offload=True)]
+CASES += MUON_CASES
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +61,33 @@ def test_check_refuses_exactly_what_initialize_refuses(initialized, index):
     report = check_config(case)
     errors = " ".join(finding.message for finding in report.findings if finding.severity == "error")
     assert report.valid == outcome["accepted"], (case, outcome, errors)
-    if REASON in outcome["error"]:
-        assert REASON in errors, (outcome["error"], errors)
+    for reason in (REASON, MUON_REASON):
+        if reason in outcome["error"]:
+            assert reason in errors, (outcome["error"], errors)
+
+
+def test_muon_at_stage_3_is_refused_with_reduce_scatter_on_and_accepted_without(initialized):
+    """Claim muon-at-stage-3-needs-reduce-scatter-off: DeepSpeed 0.19.8 refuses Muon at stage 3 in
+    deepspeed.initialize unless zero_optimization.reduce_scatter is false (its default is true), with or without
+    optimizer offload; stages 1-2 take it with reduce_scatter on."""
+    outcomes = dict(zip(map(repr, CASES), initialized))
+    for case in MUON_CASES:
+        outcome, zero = outcomes[repr(case)], case["zero_optimization"]
+        refused = zero["stage"] == 3 and zero.get("reduce_scatter", True)
+        assert outcome["accepted"] is not refused, (case, outcome)
+        assert (MUON_REASON in outcome["error"]) is refused, (case, outcome)
+
+
+def test_deepspeed_tags_which_parameters_muon_steps_itself():
+    """Claim muon-steps-2d-parameters-but-embeddings-and-head: with optimizer type Muon, deepspeed.initialize sets
+    use_muon on every parameter itself, over any tag given by hand: true for the 2-D ones whose name contains
+    neither "embed" nor "lm_head", false for the rest (embeddings, output head, norms, biases)."""
+    from zerolab.handmade.core import harness
+
+    with probe_launcher():
+        [tags] = harness.run({"kind": "rank_probe:muon_tags", "stage": 2}, 1, timeout=300, progress=False)
+    assert tags == {"embed_tokens.weight": False, "hidden.weight": True, "hidden.bias": False, "norm.weight": False,
+                    "norm.bias": False, "lm_head.weight": False}, tags
 
 
 def test_the_grid_has_both_answers(initialized):

@@ -709,6 +709,8 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 #   DeepSpeed 0.18.3 and later can also keep the master weights and both moments in bf16
 #   (`bf16_master_weights_and_grads`, `bf16_optimizer_states`): then K = 6, and
 #   `zerolab estimate --precision bf16 --master bf16 --moments bf16` counts it. <!-- claim: bf16-master-and-moments-make-k-6 -->
+#   DeepSpeed's Muon keeps one momentum, bf16 in bf16 training, instead of Adam's two fp32 moments for the 2-D
+#   matrices it steps: K = 6 for them (`zerolab estimate --optimizer muon --muon-params N`). <!-- claim: muon-momentum-in-the-gradient-dtype --> <!-- claim: muon-steps-2d-parameters-but-embeddings-and-head -->
 # - ZeRO-1 partitions the optimizer states, ZeRO-2 also the gradients, ZeRO-3 also the parameters. Per-GPU memory
 #   falls with the GPU count towards a floor for ZeRO-1 and ZeRO-2 (the copies they keep), towards zero for ZeRO-3.
 # - "Fraction kept" is not a constant: compute it for the GPU count you have.
@@ -743,10 +745,10 @@ status = zerolab_cli(["fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu
 # A: It counts an fp32 gradient partition (18 partitioned bytes instead of 14), the largest layer for ZeRO-3, and the
 # fp32 load peak on the host; and it prints GiB labelled "GB". <!-- claim: mixed-precision-keeps-fp32-master-and-moments --> <!-- claim: adam-keeps-two-moments-per-parameter --> <!-- claim: zero-stages-partition-states-then-parameters --> <!-- claim: zero2-keeps-only-the-gradient-partition --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: deepspeed-estimators-print-gib-as-gb --> <!-- claim: deepspeed-zero3-estimator-adds-largest-layer --> <!-- claim: deepspeed-estimator-host-is-fp32-load-peak --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-again-for-backward -->
 
-# %% [markdown] lang="zh" en="179298240615"
+# %% [markdown] lang="zh" en="9d313bedace5"
 # ## 小结
 #
-# - 混合精度 Adam 每个参数保存 2 + 2 + K 字节，K = 12（fp32 主权重、动量、方差）：共 16 字节，其中 16 位参数只占八分之一。DeepSpeed 0.18.3 及之后的版本还可以把主权重和两个动量都保存为 bf16（`bf16_master_weights_and_grads`、`bf16_optimizer_states`）：这时 K = 6，`zerolab estimate --precision bf16 --master bf16 --moments bf16` 会把它算进去。<!-- claim: bf16-master-and-moments-make-k-6 -->
+# - 混合精度 Adam 每个参数保存 2 + 2 + K 字节，K = 12（fp32 主权重、动量、方差）：共 16 字节，其中 16 位参数只占八分之一。DeepSpeed 0.18.3 及之后的版本还可以把主权重和两个动量都保存为 bf16（`bf16_master_weights_and_grads`、`bf16_optimizer_states`）：这时 K = 6，`zerolab estimate --precision bf16 --master bf16 --moments bf16` 会把它算进去。<!-- claim: bf16-master-and-moments-make-k-6 --> DeepSpeed 的 Muon 对它所更新的二维矩阵只保存一份动量（bf16 训练时为 bf16），而不是 Adam 的两份 fp32 动量：这些矩阵的 K = 6（`zerolab estimate --optimizer muon --muon-params N`）。<!-- claim: muon-momentum-in-the-gradient-dtype --> <!-- claim: muon-steps-2d-parameters-but-embeddings-and-head -->
 # - ZeRO-1 切分优化器状态，ZeRO-2 再切分梯度，ZeRO-3 再切分参数。每张 GPU 的显存随 GPU 数量增加而下降：ZeRO-1 和 ZeRO-2 趋近一个下限（即它们保留的副本），ZeRO-3 趋近于零。
 # - "保留比例"不是常数：要按你实际的 GPU 数量来算。
 # - DeepSpeed 的估算函数多算了一份 fp32 梯度分片，并以 GiB 报告；论文用的是 GB。

@@ -270,13 +270,14 @@ assert answer["zero_optimization"].get("contiguous_gradients") is True, "contigu
 # How much GPU memory does this config need for a 13B model on 8 GPUs? zerolab computes the model states (parameters,
 # gradients, optimizer states) in both accountings from lesson 01: the ZeRO paper's (K = 12 bytes of optimizer
 # state per parameter) and DeepSpeed's own estimator, which also counts 4 bytes of partitioned fp32 gradients.
-# (DeepSpeed 0.18.3 and later can keep the master weights and Adam's moments in bf16, K = 6: this config does not;
-# `zerolab estimate --help` shows how to count it.) <!-- claim: bf16-master-and-moments-make-k-6 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
+# (DeepSpeed 0.18.3 and later can keep the master weights and Adam's moments in bf16, K = 6, and its Muon keeps one
+# bf16 momentum instead of Adam's two fp32 moments for the matrices it steps, K = 6 for them too: this config does
+# neither; `zerolab estimate --help` shows how to count both.) <!-- claim: bf16-master-and-moments-make-k-6 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: muon-momentum-in-the-gradient-dtype -->
 
-# %% [markdown] lang="zh" en="251980a0ffd6"
+# %% [markdown] lang="zh" en="0e65f5931352"
 # ## 这份配置对显存的影响
 #
-# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。（DeepSpeed 0.18.3 及之后的版本可以把主权重和 Adam 的动量保存为 bf16，K = 6：这份配置没有这样做；`zerolab estimate --help` 说明了怎样计算它。）<!-- claim: bf16-master-and-moments-make-k-6 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes -->
+# 对一个 13B 模型、8 张 GPU，这份配置需要多少显存？zerolab 按第 01 课的两种口径计算模型状态（参数、梯度、优化器状态）：ZeRO 论文的口径（每个参数 K = 12 字节优化器状态），以及 DeepSpeed 自己的估算函数，后者还额外计入 4 字节切分后的 fp32 梯度。（DeepSpeed 0.18.3 及之后的版本可以把主权重和 Adam 的动量保存为 bf16，K = 6；它的 Muon 对所更新的矩阵只保存一份 bf16 动量，而不是 Adam 的两份 fp32 动量，这些矩阵的 K 也是 6：这份配置两样都没有用；`zerolab estimate --help` 说明了怎样计算这两种情况。）<!-- claim: bf16-master-and-moments-make-k-6 --> <!-- claim: deepspeed-zero2-estimator-counts-18-partitioned-bytes --> <!-- claim: muon-momentum-in-the-gradient-dtype -->
 
 # %%
 from zerolab.lesson.checks import learner_value

@@ -28,12 +28,20 @@ Adam's moments (--moments bf16: bf16.bf16_optimizer_states) in bf16: 12 bytes of
 become 6 (paper accounting, --precision bf16, stages 1-3; checked against real runs on CPU ranks). DeepSpeed then
 needs the optimizer offloaded to its CPU Adam unless both are bf16 (`zerolab check` says so).
 
+DeepSpeed's Muon (--optimizer muon, 0.18.9 and later) keeps one momentum, in the training dtype, for the
+--muon-params parameters it steps (the 2-D matrices whose names hold neither "embed" nor "lm_head") and Adam's two
+fp32 moments for the rest: 14 bytes of optimizer state per parameter become 6 in bf16 (paper accounting, stages 1-3,
+no offload; checked against real runs on CPU ranks). At stages 1-2 a matrix that straddles two ranks' partitions
+keeps its whole momentum on both, up to one matrix more per rank, which only the shapes tell
+(zerolab.engine.muon.rank_bytes). Stage 3 needs zero_optimization.reduce_scatter false (`zerolab check` says so).
+
 examples:
   zerolab estimate --params 13B --gpus-per-node 8
   zerolab estimate --params 7.5e9 --gpus-per-node 64 --stage 3                  the paper's 1.9 GB row
   zerolab estimate --params 13B --gpus-per-node 8 --stage 2 --offload-optimizer cpu --accounting deepspeed
   zerolab estimate --params 70B --gpus-per-node 8 --nodes 4 --stage 3 --offload-param cpu --offload-optimizer cpu --json
   zerolab estimate --params 13B --gpus-per-node 8 --precision bf16 --master bf16 --moments bf16
+  zerolab estimate --params 7B --gpus-per-node 8 --precision bf16 --optimizer muon --muon-params 6.5B
 """
 
 
@@ -56,6 +64,12 @@ def add_arguments(parser):
     parser.add_argument("--moments", choices=tuple(memory.MOMENT_BYTES), default="fp32",
                         help="dtype of Adam's two moments: bf16 is DeepSpeed's bf16_optimizer_states (needs "
                              "--master bf16; default fp32)")
+    parser.add_argument("--optimizer", choices=memory.OPTIMIZERS, default="adamw",
+                        help="adamw (default) or muon: DeepSpeed's Muon for --muon-params parameters, Adam for the "
+                             "rest (paper accounting, stages 1-3, no offload)")
+    parser.add_argument("--muon-params", type=params_count, metavar="N",
+                        help="with --optimizer muon: the parameters of the 2-D matrices Muon steps (all but the "
+                             "embeddings, the output head, the norms and the biases)")
     parser.add_argument("--accounting", choices=memory.ACCOUNTINGS, default="paper",
                         help="paper (ZeRO paper, GB) or deepspeed (DeepSpeed's estimator, GiB); default paper")
     parser.add_argument("--largest-layer-params", type=params_count, metavar="N",
@@ -72,7 +86,13 @@ def add_arguments(parser):
 def run(args):
     options = dict(precision=args.precision, accounting=args.accounting,
                    largest_layer_params=args.largest_layer_params, zero_init=args.zero_init,
-                   buffer_factor=args.buffer_factor, master=args.master, moments=args.moments)
+                   buffer_factor=args.buffer_factor, master=args.master, moments=args.moments,
+                   optimizer=args.optimizer, muon_params=args.muon_params)
+    if args.optimizer == "muon" and args.muon_params is None:
+        raise UserError("--optimizer muon needs --muon-params N: how many of the parameters Muon steps (the 2-D "
+                        "matrices; DeepSpeed gives the embeddings, the output head, the norms and the biases to Adam)")
+    if args.optimizer == "adamw" and args.muon_params is not None:
+        raise UserError("--muon-params goes with --optimizer muon")
     try:
         if args.stage is None:
             if args.offload_optimizer != "none" or args.offload_param != "none":
@@ -100,7 +120,9 @@ def table(rows):
     lines = [
         f"{format_count(first.params)} parameters, {first.precision}, {first.nodes} node(s) x "
         f"{first.gpus_per_node} GPU(s), {first.accounting} accounting (1 {unit} = {size:,} bytes)"
-        + (f"; {first.master} master weights, {first.moments} Adam moments" if first.master != "fp32" else ""),
+        + (f"; {first.master} master weights, {first.moments} Adam moments" if first.master != "fp32" else "")
+        + (f"; Muon for {format_count(first.muon_params)} of them, Adam for the rest" if first.optimizer == "muon"
+           else ""),
         "",
         f"{'stage':>5}  {'offload_optimizer':<17}  {'offload_param':<13}  {'per GPU':>12}  {'host/node':>12}  "
         f"{'NVMe/node':>12}",

@@ -227,9 +227,29 @@ def bf16_master_weights_without_cpu_adam(config, world_size):
     return []
 
 
+def muon(config, world_size):
+    """DeepSpeed 0.19.8's Muon: stage 3 refuses it in deepspeed.initialize unless reduce_scatter is false; which
+    parameters Muon steps is DeepSpeed's choice, by shape and name, worth a note."""
+    optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
+    if str(optimizer.get("type", "")).lower() != "muon":
+        return []
+    found = []
+    if zero_stage(config) == 3 and zero_block(config).get("reduce_scatter", True) is not False:
+        # claim: muon-at-stage-3-needs-reduce-scatter-off
+        found.append(Finding("zero_optimization.reduce_scatter", "error", "DeepSpeed 0.19.8 accepts the config, "
+                             "then refuses it in deepspeed.initialize: \"Muon and reduce scatter cannot be used "
+                             "together\". At stage 3 set zero_optimization.reduce_scatter to false (the default is "
+                             "true)"))
+    # claim: muon-steps-2d-parameters-but-embeddings-and-head
+    found.append(Finding("optimizer.type", "note", "Muon steps the 2-D parameters whose names contain neither "
+                         "\"embed\" nor \"lm_head\", Adam the rest (embeddings, output head, norms, biases): "
+                         "deepspeed.initialize sets param.use_muon on every parameter itself, over your own tags"))
+    return found
+
+
 CHECKS = (removed_features, unknown_top_level_keys, batch_arithmetic, auto_values, offload_without_zero,
           offload_param_below_stage_3, nvme_optimizer_below_stage_3, nvme_without_path, stage3_keys_below_stage_3,
-          contiguous_gradients_forced, bf16_master_weights_without_cpu_adam, pin_memory_default,
+          contiguous_gradients_forced, bf16_master_weights_without_cpu_adam, muon, pin_memory_default,
           overlap_comm_default)
 
 

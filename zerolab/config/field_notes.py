@@ -36,7 +36,9 @@ NOTES = {
     "steps_per_print": ("print progress every N steps", None),  # claim: steps-per-print-reports-every-n-steps
     "wall_clock_breakdown": ("time forward, backward and step separately (slows training a little)", None),  # claim: wall-clock-breakdown-times-forward-backward-step
     "optimizer": ("the optimizer DeepSpeed builds (under optimizer offload Adam/AdamW become DeepSpeedCPUAdam)", None),  # claim: offload-builds-deepspeed-cpu-adam
-    "optimizer.type": ("optimizer name", lambda v: f"{v}" + (" (CPU Adam when offloading)" if str(v).lower() in ("adam", "adamw") else "")),  # claim: offload-builds-deepspeed-cpu-adam
+    "optimizer.type": ("optimizer name", lambda v: f"{v}" + (" (CPU Adam when offloading)" if str(v).lower() in ("adam", "adamw") else "")  # claim: offload-builds-deepspeed-cpu-adam
+                       + (" (one momentum in the training dtype for the 2-D matrices but the embeddings and the output head, Adam for the rest; stage 3 needs zero_optimization.reduce_scatter false)"  # claim: muon-steps-2d-parameters-but-embeddings-and-head # claim: muon-momentum-in-the-gradient-dtype # claim: muon-at-stage-3-needs-reduce-scatter-off
+                          if str(v).lower() == "muon" else "")),
     "optimizer.params.lr": ("learning rate", None),  # claim: optimizer-params-reach-the-adam
     "optimizer.params.betas": ("Adam's decay rates for the first and second moments", None),  # claim: optimizer-params-reach-the-adam
     "optimizer.params.eps": ("Adam's epsilon, added to the denominator for stability", None),  # claim: optimizer-params-reach-the-adam

@@ -48,6 +48,7 @@ FP32_OPTIMIZER_STATE = {"fp32_grads": 4, "master_weights": 4, "optimizer_states"
 # the master copy and of Adam's two moments, fp32 (the paper's) or bf16.
 MASTER_BYTES = {"fp32": 4, "bf16": 2}
 MOMENT_BYTES = {"fp32": 8, "bf16": 4}
+OPTIMIZERS = ("adamw", "muon")  # muon: DeepSpeed's Muon (zerolab.engine.muon), Adam for the parameters it does not step
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Estimate:
     breakdown: dict = field(default_factory=dict)
     master: str = "fp32"  # bf16: DeepSpeed's bf16_master_weights_and_grads
     moments: str = "fp32"  # bf16: DeepSpeed's bf16_optimizer_states
+    optimizer: str = "adamw"
+    muon_params: int = 0  # parameters Muon steps (the rest go to its Adam half)
 
     @property
     def world_size(self):
@@ -88,6 +91,7 @@ class Estimate:
             "nvme_bytes": self.nvme_bytes,
             "breakdown": {place: dict(parts) for place, parts in self.breakdown.items()},
             **({"master": self.master, "moments": self.moments} if self.master != "fp32" else {}),
+            **({"optimizer": self.optimizer, "muon_params": self.muon_params} if self.optimizer != "adamw" else {}),
         }
 
 
@@ -123,22 +127,29 @@ def default_largest_layer(params):
 
 def estimate(params, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
              precision="fp16", accounting="paper", largest_layer_params=None, zero_init=True,
-             buffer_factor=DEFAULT_BUFFER_FACTOR, whole_bytes=True, master="fp32", moments="fp32"):
+             buffer_factor=DEFAULT_BUFFER_FACTOR, whole_bytes=True, master="fp32", moments="fp32", optimizer="adamw",
+             muon_params=None):
     """Model-state memory for ``params`` parameters trained with ZeRO ``stage`` on nodes x gpus_per_node GPUs.
     The paper's accounting rounds each term to whole bytes; ``whole_bytes=False`` keeps the exact quotients (one
     parameter over 8 GPUs holds 2 bytes of ZeRO-3 state, not 1), as graders comparing a learner's formula need.
     ``master`` and ``moments`` ("fp32" or "bf16", paper accounting): the dtype of the master copy and of Adam's
-    moments, DeepSpeed's bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states."""
+    moments, DeepSpeed's bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states.
+    ``optimizer="muon"`` with ``muon_params`` (paper accounting, stages 1-3): DeepSpeed's Muon keeps one momentum in
+    the training dtype for the ``muon_params`` parameters it steps, and Adam's two fp32 moments for the rest
+    (zerolab.engine.muon; at stages 1-2 a matrix straddling two partitions adds its momentum on both ranks, which
+    only the shapes tell: zerolab.engine.muon.rank_bytes)."""
     _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,
            buffer_factor)
     _check_low_precision_state(stage, precision, accounting, master, moments)
+    muon_params = _check_muon(optimizer, muon_params, params, stage, precision, accounting,
+                              (offload_optimizer, offload_param), master)
     setup = dict(params=params, stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
                  precision=precision, accounting=accounting, gpus_per_node=gpus_per_node, nodes=nodes,
-                 master=master, moments=moments)
+                 master=master, moments=moments, optimizer=optimizer, muon_params=muon_params)
     if accounting == "paper":
         gpu, cpu, nvme = _paper(params, stage, gpus_per_node * nodes, gpus_per_node, offload_optimizer,
                                 offload_param, precision, round if whole_bytes else float,
-                                MASTER_BYTES[master], MOMENT_BYTES[moments])
+                                MASTER_BYTES[master], _optimizer_state_bytes(params, precision, moments, muon_params))
     else:
         if largest_layer_params is None:
             largest_layer_params = default_largest_layer(params)
@@ -150,10 +161,13 @@ def estimate(params, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", 
 
 def estimate_all(params, gpus_per_node=1, nodes=1, stage=None, **options):
     """One Estimate per valid (stage, offload) combination, in the order of :func:`combinations` (stages 1-3 only
-    with bf16 master weights: stage 0 has no ZeRO optimizer to keep them)."""
+    with bf16 master weights: stage 0 has no ZeRO optimizer to keep them; with Muon, what is modelled: stages 1-3
+    without optimizer offload)."""
     low_precision = options.get("master", "fp32") != "fp32"
+    muon = options.get("optimizer", "adamw") == "muon"
     return [estimate(params, s, gpus_per_node, nodes, offload_optimizer=opt, offload_param=par, **options)
-            for s, opt, par in combinations(stage) if not (low_precision and s == 0)]
+            for s, opt, par in combinations(stage)
+            if not ((low_precision or muon) and s == 0) and not (muon and (opt, par) != ("none", "none"))]
 
 
 def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision, accounting,
@@ -184,6 +198,35 @@ def _check(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param
         raise ValueError(f"buffer_factor must be > 0, got {buffer_factor!r}")
 
 
+def _check_muon(optimizer, muon_params, params, stage, precision, accounting, offload, master):
+    """The parameters Muon steps (0 for adamw), or ValueError naming what the Muon model does not cover."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if optimizer == "adamw":
+        if muon_params:
+            raise ValueError("muon_params counts the parameters Muon steps: give it with optimizer=\"muon\"")
+        return 0
+    if isinstance(muon_params, bool) or not isinstance(muon_params, int) or not 0 <= muon_params <= params:
+        raise ValueError(f"muon_params must be a whole number from 0 to params ({params}), the parameters of the 2-D "
+                         f"hidden matrices Muon steps; got {muon_params!r}")
+    if accounting != "paper":
+        raise ValueError("Muon is counted by the paper accounting only: DeepSpeed's estimators know only Adam")
+    if stage == 0 or precision not in ("bf16", "fp32") or "cpu" in offload or "nvme" in offload or master != "fp32":
+        raise ValueError("Muon is modelled at ZeRO stages 1-3, in bf16 or fp32 training, without offload and with "
+                         "fp32 master weights, the setups measured on CPU ranks; the others are not modelled yet")
+    return muon_params
+
+
+def _optimizer_state_bytes(params, precision, moments, muon_params):
+    """All the parameters' optimizer-state bytes (master weights apart): Adam's two moments, or Muon's momentum in
+    the training dtype for the ``muon_params`` it steps and Adam's for the rest."""
+    adam = MOMENT_BYTES[moments]
+    if not muon_params:
+        return adam * params
+    momentum = 4 if precision == "fp32" else 2
+    return momentum * muon_params + adam * (params - muon_params)
+
+
 def _check_low_precision_state(stage, precision, accounting, master, moments):
     """The rules DeepSpeed 0.19.8's config class enforces for bf16 master weights and moments."""
     for name, value in (("master", master), ("moments", moments)):
@@ -203,23 +246,23 @@ def _check_low_precision_state(stage, precision, accounting, master, moments):
 
 
 def _paper(params, stage, world, gpus_per_node, offload_optimizer, offload_param, precision, rounded=round,
-           master_bytes=4, moment_bytes=8):
+           master_bytes=4, optimizer_state_bytes=None):
     half = 4 if precision == "fp32" else 2
-    terms = {  # bytes per parameter, and from which stage on each term is partitioned
-        "params": (half, 3),
-        "grads": (half, 2),
-        "master_weights": (0 if precision == "fp32" else master_bytes, 1),
-        "optimizer_states": (moment_bytes, 1),
+    terms = {  # bytes of all the parameters, and from which stage on each term is partitioned
+        "params": (half * params, 3),
+        "grads": (half * params, 2),
+        "master_weights": (0 if precision == "fp32" else master_bytes * params, 1),
+        "optimizer_states": (8 * params if optimizer_state_bytes is None else optimizer_state_bytes, 1),
     }
     place = {"params": offload_param, "grads": "none", "master_weights": offload_optimizer,
              "optimizer_states": offload_optimizer}
     if stage >= 2:
         place["grads"] = offload_optimizer  # ZeRO-Offload: the optimizer consumes its gradient partition on host
     gpu, cpu, nvme = {}, {}, {}
-    for name, (per_param, partitioned_from) in terms.items():
-        if per_param == 0:
+    for name, (total, partitioned_from) in terms.items():
+        if total == 0:
             continue
-        per_rank = per_param * params / (world if stage >= partitioned_from else 1)
+        per_rank = total / (world if stage >= partitioned_from else 1)
         if place[name] == "none":
             gpu[name] = rounded(per_rank)
         else:

@@ -26,6 +26,17 @@ def skip_shm_comm_op():
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+def probe_compatible_ops():
+    """Run DeepSpeed's op-compatibility probe now, in a process that forks ranks, so that they inherit its answer.
+
+    deepspeed.ops.__compatible_ops__ is computed on first use, and the probe compiles a test program with gcc (the
+    async_io op looks for libaio's io_submit): a fraction of a second of CPU in every forked rank otherwise, and
+    short-lived compiler processes under it."""
+    import deepspeed.ops
+
+    return deepspeed.ops.__compatible_ops__
+
+
 def build_directory(name):
     from torch.utils.cpp_extension import _get_build_directory
 

@@ -32,6 +32,9 @@ def _warm_up():
     except ImportError:
         pass
     from zerolab.run import measure, meter, model, worker  # noqa: F401
+    from zerolab.run.op_cache import probe_compatible_ops
+
+    probe_compatible_ops()
 
 
 def _run_rank(request):

@@ -165,7 +165,9 @@ def fork_ranks_now(job_path, ranks):
         job = json.load(handle)
     # Ranks that run no learner code may import DeepSpeed before forking: nothing the learner must not use is loaded.
     if job.get("preimport_deepspeed"):
-        import deepspeed  # noqa: F401
+        from zerolab.run.op_cache import probe_compatible_ops
+
+        probe_compatible_ops()  # imports DeepSpeed
     children = set()
     for rank in range(ranks):
         pid = os.fork()
