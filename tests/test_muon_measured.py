@@ -2,7 +2,8 @@
 against zerolab.engine.memory.estimate(optimizer="muon") where the shapes do not matter: stages 1-3, bf16 and fp32.
 
 The model (tests/muon_runs.py) has three matrices of different shapes, so Muon's sorting shows, and on 2 ranks
-the middle one of the sorted three straddles the ranks' partitions at stages 1-2."""
+the middle one of the sorted three straddles the ranks' partitions at stages 1-2. `zerolab run --optimizer muon`
+predicts the same rank by rank for the course's tiny GPT."""
 import math
 
 import pytest
@@ -72,3 +73,33 @@ def test_what_the_muon_model_does_not_cover_is_refused():
         stage = arguments.pop("stage")
         with pytest.raises(ValueError, match=words):
             memory.estimate(1000, stage, 2, precision="bf16", optimizer="muon", **arguments)
+
+
+def test_zerolab_run_predicts_each_ranks_muon_state():
+    """`zerolab run --optimizer muon` (zerolab.run with make_config(optimizer="muon")) trains the tiny GPT with
+    DeepSpeed's Muon and predicts each rank's master weights and optimizer states to the byte, rank by rank: at stage
+    2 the ranks differ (a matrix straddles the partitions) and the table says why."""
+    from zerolab.run import make_config, run
+
+    result = run(make_config(stage=2, optimizer="muon"), ranks=RANKS, steps=2, progress=False)
+    assert result.setup["update_rule"] == "muon" and result.setup["optimizer"] == "MuonWithAuxAdam"
+    for rank, predicted in zip(result.ranks, result.predicted_ranks):
+        for key in ("master_weight_bytes", "optimizer_state_bytes"):
+            assert rank[key] == predicted[key], (key, rank[key], predicted[key])
+    states = [rank["optimizer_state_bytes"] for rank in result.ranks]
+    assert len(set(states)) == 2, "no matrix of the tiny GPT straddles the partitions any more"
+    assert "keeps its whole momentum on both" in result.table()
+    assert result.loss[-1] < result.loss[0]
+
+
+def test_a_muon_run_it_cannot_predict_is_refused_before_any_rank_starts():
+    import subprocess
+    import sys
+
+    for args in (["--offload-optimizer", "cpu"], ["--stage", "0"]):
+        done = subprocess.run([sys.executable, "-m", "zerolab", "run", "--optimizer", "muon", "--stage", "2", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert [line for line in done.stderr.splitlines() if line.startswith("zerolab:")] == \
+            [line for line in done.stderr.splitlines() if line.strip()], done.stderr
+        assert "without offload" in done.stderr and "rank 0" not in done.stderr, done.stderr

@@ -15,7 +15,8 @@ the engine's own tensors what each rank holds:
   gradients            16-bit gradients held after backward: whole at stage 0, a partition from stage 1 on
   fp32 gradients       the fp32 gradient partition the optimizer consumes (resident under offload)
   fp32 master weights  the optimizer's fp32 copy: whole at stage 0, a partition from stage 1 on
-  Adam states (m, v)   exp_avg and exp_avg_sq: 8 bytes per parameter, partitioned from stage 1 on
+  Adam states (m, v)   exp_avg and exp_avg_sq: 8 bytes per parameter, partitioned from stage 1 on (with
+                       --optimizer muon, Muon's momentum in the training dtype for the matrices it steps too)
 
 Next to each figure: zerolab.engine.memory.estimate's prediction for the same stage, offload, precision and
 world size, the difference, and a note where the two differ by design. Peak memory is the whole process
@@ -32,7 +33,8 @@ examples:
   zerolab run --stage 3 --offload-optimizer cpu --offload-param cpu --json
   zerolab run --config ds_config.json --ranks 2
   zerolab run --stage 2 --offload-optimizer cpu --device cuda --ranks 1
-  zerolab run --stage 1 --master bf16 --moments bf16       bf16 master weights and Adam states on the device"""
+  zerolab run --stage 1 --master bf16 --moments bf16       bf16 master weights and Adam states on the device
+  zerolab run --stage 2 --optimizer muon                    Muon's momentum, rank by rank"""
 
 
 def add_arguments(parser):
@@ -46,6 +48,9 @@ def add_arguments(parser):
                         help="master weights and gradients (bf16: DeepSpeed 0.18.3+'s bf16_master_weights_and_grads)")
     parser.add_argument("--moments", choices=("fp32", "bf16"),
                         help="Adam's moments (bf16: bf16_optimizer_states, which needs --master bf16)")
+    parser.add_argument("--optimizer", choices=("adamw", "muon"),
+                        help="adamw (default) or muon: DeepSpeed's Muon for the matrices, Adam for the rest (stages "
+                             "1-3, no offload)")
     parser.add_argument("--ranks", type=positive_int("--ranks"), default=2, help="number of rank processes (default 2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu ranks (gloo) or GPUs (NCCL)")
     parser.add_argument("--steps", type=positive_int("--steps"), default=5, help="training steps (default 5)")
@@ -57,7 +62,7 @@ def run(args):
     from zerolab.run import RunFailed, run as run_ranks
 
     knobs = {"stage": args.stage, "offload_optimizer": args.offload_optimizer, "offload_param": args.offload_param,
-             "precision": args.precision, "master": args.master, "moments": args.moments}
+             "precision": args.precision, "master": args.master, "moments": args.moments, "optimizer": args.optimizer}
     given = {name: value for name, value in knobs.items() if value is not None}
     if args.config and given:
         raise UserError(f"--config and --{next(iter(given)).replace('_', '-')} do not mix: put it in the config file")

@@ -25,6 +25,15 @@ MASTER = 4  # fp32 master weight, each half
 ADAM_MOMENTS = 8  # Adam's two fp32 moments
 
 
+SKIPPED_NAMES = ("embed", "lm_head")
+
+
+def steps_with_muon(name, shape):
+    """Whether deepspeed.initialize gives this parameter to Muon (tags it use_muon): a matrix or more, and a name
+    that holds neither "embed" nor "lm_head"."""
+    return len(shape) >= 2 and not any(word in name.lower() for word in SKIPPED_NAMES)
+
+
 def muon_order(shapes):
     """The order MuonWithAuxAdam keeps its Muon parameters in: by shape, largest first (torch.Size compares as a
     tuple), the model's order among equal shapes."""

@@ -10,7 +10,7 @@ Importing this package loads neither torch nor DeepSpeed: the ranks are separate
 May import: zerolab.engine, zerolab.base and zerolab.errors.
 """
 from zerolab.errors import UserError
-from zerolab.run.configs import default_precision, describe, low_precision_state, make_config
+from zerolab.run.configs import default_precision, describe, low_precision_state, make_config, update_rule
 from zerolab.run.diagnose import RunFailed, RunTimeout
 from zerolab.run.model import ModelSpec
 
@@ -30,7 +30,8 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     from zerolab.run.model import TinyGPT, count_params, largest_layer_params
     from zerolab.run.progress import Progress
     from zerolab.engine.deepspeed_traffic import step_traffic
-    from zerolab.run.report import RunResult, predict
+    from zerolab.engine.muon import steps_with_muon
+    from zerolab.run.report import RunResult, predict, predict_muon
 
     if device not in ("cpu", "cuda"):
         raise UserError(f"device must be cpu or cuda, got {device!r}")
@@ -47,6 +48,10 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
         _check_gpus(ranks)
     stage, offload_optimizer, offload_param, precision = describe(config)
     master, moments = low_precision_state(config)
+    rule = update_rule(config)
+    if rule == "muon" and (stage == 0 or "cpu" in (offload_optimizer, offload_param) or master != "fp32"):
+        raise UserError("a Muon run is measured next to a prediction at stages 1-3, without offload and with fp32 "
+                        "master weights: the setups zerolab.engine.muon models")
 
     import torch  # the parent only counts parameters; training happens in the rank processes
 
@@ -54,20 +59,26 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
         shape = TinyGPT(model)
     params, largest = count_params(shape), largest_layer_params(shape)
     sizes = [p.numel() for p in shape.parameters()]
+    muon_layout = ([(tuple(p.shape), steps_with_muon(name, p.shape)) for name, p in shape.named_parameters()]
+                   if rule == "muon" else None)
     job = {"config": config, "model": model.as_dict(), "steps": steps, "device": device, "fail_rank": fail_rank}
     shown = Progress() if progress is True else progress
     ranks_measured = launch(job, ranks, timeout=timeout, on_event=shown and shown.on_event,
                             on_tick=shown and shown.on_tick)
     losses = [rank["loss"] for rank in ranks_measured]
     setup = {"stage": stage, "offload_optimizer": offload_optimizer, "offload_param": offload_param,
-             "precision": precision, "master": master, "moments": moments, "ranks": ranks, "device": device,
+             "precision": precision, "master": master, "moments": moments, "update_rule": rule, "ranks": ranks,
+             "device": device,
              "params": params, "largest_layer_params": largest, "steps": steps, "model": model.as_dict(),
              "micro_batch": ranks_measured[0]["micro_batch"],
              "accumulation": ranks_measured[0]["gradient_accumulation_steps"],
              "wrapper": ranks_measured[0]["wrapper"], "optimizer": ranks_measured[0]["optimizer"]}
-    return RunResult(config=config, setup=setup, ranks=ranks_measured,
-                     predicted=predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest,
-                                       master, moments),
+    predicted = predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest, master, moments)
+    if muon_layout:  # Muon's traffic (all-reduces of the matrices that straddle partitions) is not modelled yet
+        return RunResult(config=config, setup=setup, ranks=ranks_measured, predicted=predicted,
+                         loss=[sum(step) / len(step) for step in zip(*losses)],
+                         predicted_ranks=predict_muon(predicted, muon_layout, stage, ranks, precision))
+    return RunResult(config=config, setup=setup, ranks=ranks_measured, predicted=predicted,
                      loss=[sum(step) / len(step) for step in zip(*losses)],
                      predicted_traffic=[step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision,
                                                      offload_optimizer, offload_param, device) for rank in range(ranks)])

@@ -14,13 +14,15 @@ def default_precision(device):
 
 
 def make_config(stage=2, offload_optimizer="none", offload_param="none", precision="bf16", micro_batch=4,
-                accumulation=1, lr=3e-3, master="fp32", moments="fp32"):
+                accumulation=1, lr=3e-3, master="fp32", moments="fp32", optimizer="adamw"):
     """A ds_config for the tiny GPT.
 
     ``torch_adam`` (when nothing is offloaded) keeps DeepSpeed from compiling its FusedAdam op: torch's Adam
     holds the same exp_avg and exp_avg_sq. With optimizer offload DeepSpeed swaps in its own CPU Adam, as
     it would in a real job. ``stage3_param_persistence_threshold: 0`` partitions every parameter: the
-    default (1e5 elements) would keep all of the tiny model's parameters whole on every rank.
+    default (1e5 elements) would keep all of the tiny model's parameters whole on every rank. ``optimizer="muon"``
+    asks for DeepSpeed's Muon (Adam for the parameters it does not step), with reduce_scatter off at stage 3, which
+    DeepSpeed needs.
     """
     adam = {"lr": lr}
     if offload_optimizer == "none":
@@ -32,10 +34,15 @@ def make_config(stage=2, offload_optimizer="none", offload_param="none", precisi
         zero["offload_param"] = {"device": offload_param, "pin_memory": False}
     if stage == 3:
         zero["stage3_param_persistence_threshold"] = 0
+    block = {"type": "AdamW", "params": adam}
+    if optimizer == "muon":
+        block = {"type": "Muon", "params": {"lr": lr}}
+        if stage == 3:
+            zero["reduce_scatter"] = False  # "Muon and reduce scatter cannot be used together"
     config = {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": accumulation,
-        "optimizer": {"type": "AdamW", "params": adam},
+        "optimizer": block,
         "zero_optimization": zero,
         "steps_per_print": 10**9,
     }
@@ -44,6 +51,12 @@ def make_config(stage=2, offload_optimizer="none", offload_param="none", precisi
     if master == "bf16":  # DeepSpeed 0.18.3+: bf16 master weights and gradients, and bf16 Adam moments
         config["bf16"].update(bf16_master_weights_and_grads=True, bf16_optimizer_states=moments == "bf16")
     return config
+
+
+def update_rule(config):
+    """"muon" when the config asks DeepSpeed for its Muon optimizer, else "adamw"."""
+    optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
+    return "muon" if str(optimizer.get("type", "")).lower() == "muon" else "adamw"
 
 
 def low_precision_state(config):

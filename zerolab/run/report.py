@@ -8,6 +8,7 @@ Where measured and predicted differ by more than 1%, a note says why, when the r
 from dataclasses import dataclass, field
 
 from zerolab.base.i18n import tr
+from zerolab.engine import muon
 from zerolab.engine.memory import MASTER_BYTES, estimate
 from zerolab.run.measure import COMPONENTS
 from zerolab.engine.units import format_bytes
@@ -21,6 +22,7 @@ LABELS = {
     "optimizer_state_bytes": "Adam states (m, v)",
     "peak_memory_bytes": "peak memory",
 }
+MUON_LABEL = "Muon momentum + Adam states"
 _PAPER_NAMES = {"param_bytes": "params", "grad_bytes": "grads", "master_weight_bytes": "master_weights",
                 "optimizer_state_bytes": "optimizer_states"}
 
@@ -43,6 +45,19 @@ def predict(params, stage, ranks, offload_optimizer, offload_param, precision, l
     return {key: predicted[key] for key in COMPONENTS}
 
 
+def predict_muon(predicted, layout, stage, ranks, precision):
+    """Per rank: ``predicted`` with the master weights and the optimizer states of DeepSpeed's Muon
+    (zerolab.engine.muon.rank_bytes), which differ between ranks at stages 1-2; ``layout`` is [(shape, whether
+    Muon steps it)] in the model's order."""
+    shapes, tagged = [shape for shape, _ in layout], [muon_step for _, muon_step in layout]
+    found = []
+    for rank in range(ranks):
+        held = muon.rank_bytes(shapes, tagged, stage, ranks, rank, precision)
+        found.append(dict(predicted, master_weight_bytes=held["master_weights"],
+                          optimizer_state_bytes=held["momentum"] + held["adam_moments"]))
+    return found
+
+
 def relative_difference(measured, predicted):
     if predicted == 0:
         return 0.0 if measured == 0 else None
@@ -59,6 +74,7 @@ class RunResult:
     predicted: dict
     loss: list = field(default_factory=list)
     predicted_traffic: list = None  # per rank: zerolab.engine.deepspeed_traffic.step_traffic for one optimizer step
+    predicted_ranks: list = None  # per rank, where ranks differ by design (Muon at stages 1-2); else ``predicted``
 
     def measured_traffic(self, rank=0):
         """What the meter recorded on ``rank`` in the last optimizer step (zerolab.run.meter)."""
@@ -89,11 +105,16 @@ class RunResult:
         rows = []
         for key in COMPONENTS:
             measured = [rank[key] for rank in self.ranks]
-            predicted = self.predicted[key]
-            worst = max(measured, key=lambda value: abs(value - predicted))
+            expected = [ranks[key] for ranks in self.predicted_ranks] if self.predicted_ranks else \
+                [self.predicted[key]] * len(measured)
+            worst = max(range(len(measured)), key=lambda r: abs(measured[r] - expected[r]))
+            worst, predicted = measured[worst], expected[worst]
             difference = relative_difference(worst, predicted)
-            rows.append((key, measured, predicted, difference, note(key, worst, predicted, difference, self.setup,
-                                                                     self.config)))
+            said = note(key, worst, predicted, difference, self.setup, self.config)
+            if said is None and len(set(expected)) > 1:
+                said = tr("DeepSpeed's Muon: a matrix straddling two ranks' partitions keeps its whole momentum on "
+                          "both, so the ranks differ; predicted per rank: ") + ", ".join(_bytes(b) for b in expected)
+            rows.append((key, measured, predicted, difference, said))
         peaks = [rank["peak_memory_bytes"] for rank in self.ranks]
         states = sum(self.ranks[0][key] for key in COMPONENTS)
         rows.append(("peak_memory_bytes", peaks, None, None,
@@ -122,7 +143,8 @@ class RunResult:
                 mark = f"[{len(notes)}]"
             show = _megabytes if key == "peak_memory_bytes" else _bytes
             own = [] if not yours else ["-" if mine.get(key) is None else _bytes(mine[key])]
-            body.append([LABELS[key]] + own + [show(value) for value in measured]
+            label = MUON_LABEL if key == "optimizer_state_bytes" and self.setup.get("update_rule") == "muon" else LABELS[key]
+            body.append([label] + own + [show(value) for value in measured]
                         + ["-" if predicted is None else _bytes(predicted), _percent(difference, predicted), mark])
         widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
         for row in [header] + body:
