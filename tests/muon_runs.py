@@ -23,6 +23,9 @@ def states(job, namespace):
     from zerolab.run.op_cache import skip_shm_comm_op
 
     skip_shm_comm_op()
+    # DeepSpeed's Muon runs Newton-Schulz through torch.compile: a fresh venv compiles it on CPU for over a minute.
+    # Eager, the same optimizer allocates the same state tensors, which is all this run reads.
+    torch._dynamo.config.disable = True
     rank, found = int(os.environ["RANK"]), []
     for stage, precision in job["cases"]:
         net = build()
