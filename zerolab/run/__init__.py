@@ -74,14 +74,13 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
              "accumulation": ranks_measured[0]["gradient_accumulation_steps"],
              "wrapper": ranks_measured[0]["wrapper"], "optimizer": ranks_measured[0]["optimizer"]}
     predicted = predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest, master, moments)
-    if muon_layout:  # Muon's traffic (all-reduces of the matrices that straddle partitions) is not modelled yet
-        return RunResult(config=config, setup=setup, ranks=ranks_measured, predicted=predicted,
-                         loss=[sum(step) / len(step) for step in zip(*losses)],
-                         predicted_ranks=predict_muon(predicted, muon_layout, stage, ranks, precision))
     return RunResult(config=config, setup=setup, ranks=ranks_measured, predicted=predicted,
                      loss=[sum(step) / len(step) for step in zip(*losses)],
-                     predicted_traffic=[step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision,
-                                                     offload_optimizer, offload_param, device) for rank in range(ranks)])
+                     predicted_ranks=muon_layout and predict_muon(predicted, muon_layout, stage, ranks, precision),
+                     # Muon's traffic (all-reduces of the matrices that straddle partitions) is not modelled yet
+                     predicted_traffic=None if muon_layout else [
+                         step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision, offload_optimizer,
+                                      offload_param, device) for rank in range(ranks)])
 
 
 def run_in_notebook(config=None, ranks=2, steps=3, **options):
