@@ -134,23 +134,29 @@ def open_notebook(context, url, path):
 def run_all(page, name, while_running=None):
     """Run All on the notebook in front, as a student picks it from the Run menu (the same in JupyterLab and
     Notebook 7). The command acts on the widget that has focus: when the file browser kept it (opening a notebook
-    in a subfolder), it runs nothing, so focus the notebook first and ask again if no cell has started.
+    in a subfolder), it runs nothing, so focus the notebook first and ask again if no cell has started. JupyterLab
+    may ask which kernel to start at any moment of this (before the click or because of it): the kernel is chosen
+    as a student would, and Run All asked again only if the run has not started since.
     ``while_running(page)`` is called once the run has started, before waiting for it to end."""
+    tried = []
     for attempt in range(3):
         try:
-            _choose_the_kernel_if_asked(page)
+            if _choose_the_kernel_if_asked(page, tried) and _started_within(page, 10_000):
+                break
             page.locator(f"{FRONT} .jp-Notebook").first.focus()
-            page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-            page.wait_for_function(RUN_STARTED, timeout=30_000)
-            break
-        except Exception:
-            if attempt == 2:
-                keep_state(page, f"failed-{name}-run-all-never-started")
-                dialogs = page.locator(".jp-Dialog").all_inner_texts()
-                if dialogs:
-                    raise AssertionError(f"a dialog stood in the way of Run All: {dialogs}") from None
-                raise
+            page.click(".lm-MenuBar-itemLabel:text-is('Run')", timeout=10_000)
+            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')", timeout=10_000)
+            page.wait_for_function(f"() => ({RUN_STARTED})() || !!document.querySelector('.jp-Dialog')",
+                                   timeout=30_000)
+            if page.evaluate(RUN_STARTED) or (_choose_the_kernel_if_asked(page, tried)
+                                              and _started_within(page, 30_000)):
+                break
+        except Exception as error:
+            tried.append(f"attempt {attempt + 1}: {str(error).splitlines()[0]}")
+        if attempt == 2:
+            keep_state(page, f"failed-{name}-run-all-never-started")
+            dialogs = page.locator(".jp-Dialog").all_inner_texts()
+            raise AssertionError(f"Run All never started; dialogs in the way: {dialogs}; tried: {tried}")
     try:
         if while_running:
             while_running(page)
@@ -165,18 +171,36 @@ def run_all(page, name, while_running=None):
         raise
 
 
-def _choose_the_kernel_if_asked(page):
-    """JupyterLab asks which kernel to start when the notebook's session has none (seen once on a busy CI machine,
-    after the kernel had been idle): a student picks the course's kernel and goes on, and so does the test."""
-    dialog = page.locator(".jp-Dialog:has-text('Select Kernel')")
-    if not dialog.count():
-        return
+def _started_within(page, ms):
     try:
-        dialog.locator("select").select_option(label="Python 3 (ipykernel)")
+        page.wait_for_function(RUN_STARTED, timeout=ms)
+        return True
     except Exception:
-        dialog.locator("select").select_option(index=0)
-    dialog.locator("button.jp-mod-accept").click()
-    page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+        return False
+
+
+def _choose_the_kernel_if_asked(page, tried):
+    """JupyterLab asks which kernel to start when the notebook's session has none (seen on a busy CI machine, once
+    after the kernel had been idle and once on the first lesson of a fresh server): a student picks the course's
+    kernel and goes on, and so does the test. True if it answered a dialog; what went wrong is added to ``tried``."""
+    dialog = page.locator(".jp-Dialog").filter(has_text="Select Kernel").first
+    if not dialog.count():
+        return False
+    try:
+        choice = dialog.locator("select").first
+        try:
+            choice.select_option(label="Python 3 (ipykernel)", timeout=5_000)
+        except Exception:
+            choice.select_option(index=0, timeout=5_000)
+        dialog.locator("button.jp-mod-accept").first.click(timeout=10_000)
+        page.wait_for_function("() => !document.querySelector('.jp-Dialog')", timeout=10_000)
+        page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+        tried.append("answered a Select Kernel dialog")
+        return True
+    except Exception as error:
+        tried.append(f"a Select Kernel dialog could not be answered: {str(error).splitlines()[0]}")
+        page.keyboard.press("Enter")  # the dialog's default button is its accept button
+        return False
 
 
 def save(page, path):
