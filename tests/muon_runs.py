@@ -31,7 +31,7 @@ def states(job, namespace):
         net = build()
         zero = {"stage": stage, **({"reduce_scatter": False} if stage == 3 else {})}
         config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-                  "optimizer": {"type": "Muon", "params": {"lr": 1e-3}}, "zero_optimization": zero,
+                  "optimizer": {"type": "Muon", "params": {"lr": 1e-3, "torch_adam": True}}, "zero_optimization": zero,
                   **({"bf16": {"enabled": True}} if precision == "bf16" else {})}
         engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32

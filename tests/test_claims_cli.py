@@ -75,6 +75,28 @@ def test_deepspeeds_adam_decouples_weight_decay_unless_adam_w_mode_is_false():
     assert _engine({"optimizer": {"type": "Adam"}}).get_optimizer_configuration({}, True)[1] == {"adam_w_mode": True}
 
 
+def test_muon_steps_its_other_half_with_torch_adamw_under_torch_adam_else_fused_adam():
+    """muon-aux-adam-follows-torch-adam: DeepSpeed's Muon steps the parameters it does not orthogonalize (biases,
+    embeddings) with an Adam it builds as for type AdamW: torch.optim.AdamW under params.torch_adam, else its own
+    FusedAdam op, which a CPU machine compiles on first use."""
+    from deepspeed.ops.adam import FusedAdam
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    def aux(**params):
+        engine = _engine({"optimizer": {"type": "Muon", "params": {"lr": 1e-3, **params}}})
+        engine.has_moe_layers = False
+        for method in ("_muon_param_groups", "_muon_half_defaults"):
+            setattr(engine, method, getattr(DeepSpeedEngine, method))
+        matrix, bias = torch.nn.Parameter(torch.zeros(4, 4)), torch.nn.Parameter(torch.zeros(4))
+        matrix.use_muon, bias.use_muon = True, False
+        return DeepSpeedEngine._configure_basic_optimizer(engine, [matrix, bias])
+
+    optimizer = aux(torch_adam=True)
+    assert type(optimizer).__name__ == "MuonWithAuxAdam" and type(optimizer.aux_optimizer) is torch.optim.AdamW
+    engine = _engine({"optimizer": {"type": "Muon", "params": {"lr": 1e-3}}})
+    assert engine.get_optimizer_configuration({}, True, allow_legacy_fallback=True)[0] is FusedAdam
+
+
 def test_the_optimizers_params_reach_the_adam_deepspeed_builds():
     """optimizer-params-reach-the-adam: DeepSpeed passes optimizer.params (lr, betas, eps, weight_decay) to the
     Adam it builds; there betas decay the two moments and eps is added to the denominator: one step on a gradient

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from zerolab.run.op_locks import clear_orphaned_locks, holders
-from zerolab.base.interpreter import env_with_interpreter_bin, own_extensions_root
+from zerolab.base.interpreter import env_with_interpreter_bin, own_extensions_root, own_inductor_cache
 
 pytestmark = pytest.mark.slow
 OP = "CPUAdamBuilder"  # the op setup.sh builds: ours loads from the cache, the other venv compiles its own once
@@ -128,3 +128,18 @@ def test_this_venvs_built_ops_are_up_to_date_for_its_own_ninja():
         if "no work to do" not in done.stdout:
             stale[folder.name] = (done.stdout + done.stderr).splitlines()[:2]
     assert not stale, f"these ops would be compiled again on their next load: {stale}"
+
+
+def test_torch_compile_caches_in_this_venv_unless_the_user_chose_a_folder():
+    """torch.compile (DeepSpeed's Muon compiles its Newton-Schulz step) caches in /tmp/torchinductor_$USER by
+    default, one folder for every checkout of a user; a process that imports zerolab caches in its own venv's, as
+    inductor itself resolves it, and keeps a folder the user set."""
+    if own_inductor_cache() is None:
+        pytest.skip("the suite runs outside a virtual environment: there is no venv of its own to cache in")
+    ask = "import zerolab; from torch._inductor.runtime.cache_dir_utils import cache_dir; print(cache_dir())"
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": os.environ.get("HOME", "/")}
+    for chosen, expected in ((None, own_inductor_cache()), ("/tmp/a-users-choice", Path("/tmp/a-users-choice"))):
+        done = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=120,
+                              env={**env, **({"TORCHINDUCTOR_CACHE_DIR": chosen} if chosen else {})})
+        assert done.returncode == 0, done.stderr
+        assert Path(done.stdout.strip().splitlines()[-1]) == expected

@@ -44,12 +44,24 @@ def own_extensions_root():
     return Path(sys.prefix) / "torch_extensions"
 
 
-SET_BY_ZEROLAB = "ZEROLAB_TORCH_EXTENSIONS_DIR"  # the folder zerolab chose, inherited by the processes it starts
+def own_inductor_cache():
+    """Where this environment keeps torch.compile's compiled kernels (inductor's FX graph and Triton/C++ caches):
+    `<venv>/torchinductor` for a virtual environment's python, else None (torch's default, /tmp/torchinductor_$USER,
+    which every checkout of one user shares; DeepSpeed's Muon compiles its Newton-Schulz step there)."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    return Path(sys.prefix) / "torchinductor"
+
+
+# Each cache folder zerolab keeps per environment, and the variable that records zerolab chose it (inherited by the
+# processes it starts).
+PER_ENVIRONMENT = {"TORCH_EXTENSIONS_DIR": own_extensions_root, "TORCHINDUCTOR_CACHE_DIR": own_inductor_cache}
 
 
 def keep_ops_per_environment():
-    """Point TORCH_EXTENSIONS_DIR at own_extensions_root(), unless someone else set it. zerolab's import calls this,
-    so the lessons' kernels, every rank and tool zerolab starts, and grading's op seeding all use one folder.
+    """Point TORCH_EXTENSIONS_DIR at own_extensions_root() and TORCHINDUCTOR_CACHE_DIR at own_inductor_cache(),
+    each unless someone else set it. zerolab's import calls this, so the lessons' kernels, every rank and tool
+    zerolab starts, and grading's op seeding all use one folder of each.
 
     A value zerolab set in a parent process of another environment (a test that starts a kernel of a second venv)
     is replaced: that venv's ops belong in that venv.
@@ -61,15 +73,17 @@ def keep_ops_per_environment():
     Colab) first on PATH could change which `pip` or `python` a learner's shell command finds."""
     if own_extensions_root() is not None and os.path.exists(os.path.join(interpreter_bin(), "ninja")):
         os.environ["PATH"] = env_with_interpreter_bin()["PATH"]
-    current = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if current and current != os.environ.get(SET_BY_ZEROLAB):
-        return  # the user's, or the grading sandbox's
-    own = own_extensions_root()
-    if own is None:
-        for name in ("TORCH_EXTENSIONS_DIR", SET_BY_ZEROLAB):
-            os.environ.pop(name, None)
-    else:
-        os.environ["TORCH_EXTENSIONS_DIR"] = os.environ[SET_BY_ZEROLAB] = str(own)
+    for name, own_folder in PER_ENVIRONMENT.items():
+        marker = "ZEROLAB_" + name
+        current = os.environ.get(name)
+        if current and current != os.environ.get(marker):
+            continue  # the user's, or the grading sandbox's
+        own = own_folder()
+        if own is None:
+            for variable in (name, marker):
+                os.environ.pop(variable, None)
+        else:
+            os.environ[name] = os.environ[marker] = str(own)
 
 
 def skip_the_slow_iri_checker():

@@ -122,6 +122,7 @@ def command(kernel_argv, *, uid, workdir, scratch, ipc_dir, read_only, workdir_s
     argv += ["--setenv", "ZEROLAB_LANG", i18n.folder_language(workdir)]
     argv += ["--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/.matplotlib",
              "--setenv", "TORCH_EXTENSIONS_DIR", TORCH_EXTENSIONS_DIR,
+             "--setenv", "TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor",  # the venv's is read-only here
              "--setenv", "IPYTHONDIR", "/tmp/.ipython", "--setenv", "MALLOC_ARENA_MAX", "2"]
     argv += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--", *_drop_to(uid), *kernel_argv]
     return argv

@@ -18,15 +18,15 @@ def make_config(stage=2, offload_optimizer="none", offload_param="none", precisi
     """A ds_config for the tiny GPT.
 
     ``torch_adam`` (when nothing is offloaded) keeps DeepSpeed from compiling its FusedAdam op: torch's Adam
-    holds the same exp_avg and exp_avg_sq. With optimizer offload DeepSpeed swaps in its own CPU Adam, as
-    it would in a real job. ``stage3_param_persistence_threshold: 0`` partitions every parameter: the
+    holds the same exp_avg and exp_avg_sq; Muon reads it too, for the Adam that steps what Muon does not. With
+    optimizer offload DeepSpeed swaps in its own CPU Adam, as it would in a real job. ``stage3_param_persistence_threshold: 0`` partitions every parameter: the
     default (1e5 elements) would keep all of the tiny model's parameters whole on every rank. ``optimizer="muon"``
     asks for DeepSpeed's Muon (Adam for the parameters it does not step), with reduce_scatter off at stage 3, which
     DeepSpeed needs.
     """
     adam = {"lr": lr}
     if offload_optimizer == "none":
-        adam["torch_adam"] = True
+        adam["torch_adam"] = True  # claim: muon-aux-adam-follows-torch-adam
     zero = {"stage": stage}
     if offload_optimizer != "none":
         zero["offload_optimizer"] = {"device": offload_optimizer, "pin_memory": False}
@@ -36,7 +36,7 @@ def make_config(stage=2, offload_optimizer="none", offload_param="none", precisi
         zero["stage3_param_persistence_threshold"] = 0
     block = {"type": "AdamW", "params": adam}
     if optimizer == "muon":
-        block = {"type": "Muon", "params": {"lr": lr}}
+        block = {"type": "Muon", "params": adam}
         if stage == 3:
             zero["reduce_scatter"] = False  # "Muon and reduce scatter cannot be used together"
     config = {

@@ -130,7 +130,7 @@ def prepare_ops(config):
     zero = config.get("zero_optimization") or {}
     offloaded = ((zero.get("offload_optimizer") or {}).get("device", "none") in ("cpu", "nvme")
                  and int(zero.get("stage", 0)) > 0)
-    if str(optimizer.get("type", "")).lower() in ("adam", "adamw"):
+    if str(optimizer.get("type", "")).lower() in ("adam", "adamw", "muon"):  # Muon's other half is an Adam
         if offloaded:
             names.append("CPUAdamBuilder")
         elif not (optimizer.get("params") or {}).get("torch_adam", False):
