@@ -2,12 +2,14 @@
 next to zerolab.engine.memory.estimate's prediction; written to docs/fit_ledger_runs.md.
 
     python scripts/fit_ledger_runs.py        # 7 real runs of the tiny GPT on 2 gloo ranks, a few minutes
+    python scripts/fit_ledger_runs.py --out F   # the same, written elsewhere (scripts/deepspeed_upgrade.py)
 
 Each run trains zerolab.run's tiny GPT for 2 steps with `zerolab run`'s measurement (the engine's own tensors
 after the last step, per rank). fp32 gradients are reported apart: DeepSpeed makes them inside step() and frees
 them after it unless the optimizer is offloaded, so a reading after the step sees them only under offload (the
 budget of `zerolab fit` counts them at the step's peak). tests/test_fit_ledger.py recomputes the predicted column.
 """
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -82,10 +84,13 @@ def read_rows(path=LEDGER):
     return rows
 
 
-def main():
-    LEDGER.parent.mkdir(exist_ok=True)
-    LEDGER.write_text(render(measure()), encoding="utf-8")
-    print(f"wrote {os.path.relpath(LEDGER)}", file=sys.stderr)
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=LEDGER, help="where to write the ledger (default: %(default)s)")
+    out = parser.parse_args(argv).out
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(render(measure()), encoding="utf-8")
+    print(f"wrote {os.path.relpath(out)}", file=sys.stderr)
     return 0
 
 

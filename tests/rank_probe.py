@@ -94,7 +94,8 @@ def muon_tags(job, namespace):
 
     net = Tiny()
     net.hidden.bias.use_muon, net.hidden.weight.use_muon = True, False
-    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Muon", "params": {"lr": 1e-3}},
+    config = {"train_micro_batch_size_per_gpu": 1,
+              "optimizer": {"type": "Muon", "params": {"lr": 1e-3, "torch_adam": True}},
               "zero_optimization": {"stage": job["stage"]}}
     deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
     return {name: param.use_muon for name, param in net.named_parameters()}

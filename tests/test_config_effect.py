@@ -75,3 +75,41 @@ def test_bad_inputs_are_user_errors():
         config_effect(seed(), "13Q", 8)
     with pytest.raises(UserError, match="zero_optimization is invalid"):
         config_effect({"train_batch_size": 8, "zero_optimization": {"stage": 9}}, "7B", 8)
+
+
+@pytest.mark.parametrize("stage, bf16_block", [
+    (2, {"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}),
+    (3, {"bf16_master_weights_and_grads": True}),
+    (1, {}),
+])
+def test_bf16_master_weights_and_moments_are_read_as_deepspeeds_config_class_reads_them(stage, bf16_block):
+    """The settings take the master weights' and moments' dtype from the keys DeepSpeed's own bf16 config parses,
+    and the paper accounting then counts them (zerolab.engine.memory, checked on CPU ranks by
+    tests/test_run_bf16_master.py); DeepSpeed's estimator counts fp32 only, so the deepspeed accounting refuses,
+    naming the key and the way out."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    config = {"train_batch_size": 8, "zero_optimization": {"stage": stage}, "bf16": {"enabled": True, **bf16_block}}
+    parsed = DeepSpeedConfig(dict(config)).bfloat16_config
+    s = read_settings(config)
+    expected_master = "bf16" if parsed.bf16_master_weights_and_grads else "fp32"
+    expected_moments = "bf16" if parsed.bf16_optimizer_states else "fp32"
+    assert (s.master, s.moments) == (expected_master, expected_moments)
+    effect = config_effect(config, "7B", gpus_per_node=8, accounting="paper")
+    assert effect.memory == memory.estimate(7 * 10**9, stage, 8, precision="bf16", master=expected_master,
+                                            moments=expected_moments)
+    if expected_master == "bf16":
+        with pytest.raises(UserError, match="bf16_master_weights_and_grads.*--accounting paper"):
+            config_effect(config, "7B", gpus_per_node=8)
+    else:
+        assert config_effect(config, "7B", gpus_per_node=8).memory.accounting == "deepspeed"
+
+
+def test_diff_shows_what_bf16_master_weights_and_moments_save():
+    a = {"train_batch_size": 8, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+    b = {**a, "bf16": {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}}
+    result = compare_configs(a, b, "7B", gpus_per_node=8, accounting="paper")
+    params, partition = 7 * 10**9, 7 * 10**9 // 8
+    # 12 bytes of fp32 master weights and moments a parameter become 6, on each GPU's partition
+    assert result.effect_a.memory.gpu_bytes - result.effect_b.memory.gpu_bytes == (12 - 6) * partition
+    assert result.effect_a.memory.gpu_bytes == 2 * params + 2 * partition + 12 * partition

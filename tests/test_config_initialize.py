@@ -34,8 +34,10 @@ MUON_REASON = "Muon and reduce scatter cannot be used together"
 def muon(stage, reduce_scatter=None, offload=False):
     zero = {"stage": stage, **({} if reduce_scatter is None else {"reduce_scatter": reduce_scatter}),
             **({"offload_optimizer": {"device": "cpu"}} if offload else {})}
+    # torch_adam for Muon's Adam half where nothing is offloaded: else a fresh venv compiles DeepSpeed's FusedAdam
+    # for a minute (claim muon-aux-adam-follows-torch-adam); what is refused does not depend on it
     return {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}, "zero_optimization": zero,
-            "optimizer": {"type": "Muon", "params": {"lr": 1e-3}}}
+            "optimizer": {"type": "Muon", "params": {"lr": 1e-3, **({} if offload else {"torch_adam": True})}}}
 
 
 # DeepSpeed's Muon (the probe tags every 2-D parameter use_muon): stage 3 refuses it with reduce_scatter on.

@@ -9,6 +9,7 @@ from zerolab.sizing import budget
 from zerolab.engine.activations import RECOMPUTE
 from zerolab.config import check_config
 from zerolab.sizing.fit import ds_config, fit
+from zerolab.engine import memory
 from zerolab.engine.memory import combinations
 from zerolab.engine.models import preset
 from zerolab.engine.units import GB
@@ -97,6 +98,54 @@ def test_every_emitted_config_passes_zerolab_check(name, gpu_gb, gpus_per_node, 
         assert config["train_micro_batch_size_per_gpu"] == option.micro_batch
 
 
+def test_bf16_master_rows_are_ranked_with_the_rest_and_their_configs_pass_check():
+    """--master both: bf16 master weights and moments add rows at stages 1-3 without offload (what zero_terms
+    models), the fp32 rows are those of an fp32-only fit, a tie in speed ranks fp32 first, and each bf16 row's
+    master weights and moments are the paper accounting's bf16 figures (measured on CPU ranks by
+    tests/test_run_bf16_master.py)."""
+    model = preset("llama2-7b")
+    only_fp32 = fit(model, 4096, 80 * GB, gpus_per_node=8)
+    both = fit(model, 4096, 80 * GB, gpus_per_node=8, masters=("fp32", "bf16"))
+    bf16 = [o for o in both.rows + both.rejected if o.master == "bf16"]
+    assert {(o.stage, o.offload_optimizer, o.offload_param) for o in bf16} == {(1, "none", "none"), (2, "none", "none"),
+                                                                              (3, "none", "none")}
+    key = lambda o: (o.stage, o.offload_optimizer, o.offload_param, o.recompute, o.micro_batch)  # noqa: E731
+    assert sorted(map(key, (o for o in both.rows if o.master == "fp32"))) == sorted(map(key, only_fp32.rows))
+    speed = [(-o.time.tokens_per_s, o.recompute) for o in both.rows]
+    for first, second in zip(both.rows, both.rows[1:]):
+        if (first.time.tokens_per_s, first.recompute) == (second.time.tokens_per_s, second.recompute):
+            assert not (first.master == "bf16" and second.master == "fp32"), "a tie must rank fp32 first"
+    assert [s for s, _ in speed] == sorted(s for s, _ in speed)
+    for option in bf16:
+        paper = memory.estimate(model.params(), option.stage, 8, precision="bf16", master="bf16",
+                                moments="bf16").breakdown["gpu"]
+        terms = option.budget.states.step
+        assert terms["master_weights"] == paper["master_weights"] and \
+            terms["optimizer_states"] == paper["optimizer_states"]
+        assert "fp32_grads" not in terms
+    fitting_bf16 = [o for o in both.rows if o.master == "bf16"]
+    assert fitting_bf16
+    for option in fitting_bf16:
+        config = ds_config(option, both.world_size)
+        assert config["bf16"] == {"enabled": True, "bf16_master_weights_and_grads": True,
+                                  "bf16_optimizer_states": True}
+        report = check_config(config, world_size=8)
+        assert report.valid and not report.warnings, report.as_dict()
+
+
+def test_cli_master_both_shows_the_column_and_the_trade_off():
+    args = ("fit", "--model", "llama2-7b", "--seq-len", "4096", "--gpu", "h100-80gb", "--gpus-per-node", "8")
+    plain, both = zerolab(*args), zerolab(*args, "--master", "both")
+    assert plain.returncode == 0 and both.returncode == 0, plain.stderr + both.stderr
+    assert "master" not in plain.stdout.splitlines()[3] and "bf16 master:" not in plain.stdout
+    header = both.stdout.splitlines()[3].split()
+    assert header[:4] == ["#", "stage", "offload", "opt/param"] and header[4] == "master"
+    masters = {line.split()[3] for line in both.stdout.splitlines() if line[:3].strip().isdigit()}
+    assert masters == {"fp32", "bf16"}
+    trade_off = next(line for line in both.stdout.splitlines() if "bf16 master:" in line)
+    assert "31.38" in trade_off and "3.12" in trade_off
+
+
 def test_cli_table_and_json_carry_the_same_rows():
     args = ("fit", "--model", "llama2-13b", "--seq-len", "4096", "--gpu", "h100-80gb", "--gpus-per-node", "8")
     table, as_json = zerolab(*args), zerolab(*args, "--json")
@@ -145,6 +194,8 @@ def test_cli_emit_config_passes_check(tmp_path):
     (["--model", "gpt3-1.3b", "--gpu", "h200", "--implementation", "hf"], "not a Llama-family model"),
     (["--model", "gpt3-1.3b", "--gpu", "h200", "--simulate"], "--simulate needs a Hugging Face model"),
     (["--config", "/nonexistent/config.json", "--gpu", "h200"], "no config.json"),
+    (["--model", "llama2-7b", "--gpu", "h200", "--master", "bf16", "--precision", "fp16"], "--precision bf16"),
+    (["--model", "llama2-7b", "--gpu", "h200", "--master", "fp16"], "--master"),
     (["--model", "mistral-8b", "--gpu", "h200"], "--model"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(args, needle):

@@ -4,13 +4,14 @@ What is checked, each from DeepSpeed's own objects during training: the fp32 gra
 ``step()`` (stages 1, 2 and 3), made there from a flat 16-bit copy of the gradient partition; ZeRO-1/2 hold two
 bucket buffers while reducing under overlap_comm and none after backward; ZeRO-3 holds one bucket per dtype even
 with overlap_comm; and ZeRO-3's gathered parameters stay within zero_terms' count (which all of the tiny model
-reaches with DeepSpeed's defaults).
+reaches with DeepSpeed's defaults); with bf16 master weights the optimizer reads the flat 16-bit gradient copy itself.
 """
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -138,3 +139,24 @@ def test_zero12_gradient_buckets_hold_exactly_psi_and_the_padding_travels_in_the
             reduced = [n for op, n in calls if op == "all-reduce"]
             assert sum(n for n in reduced if n > 1) == psi, reduced
             assert sum(n for op, n in calls if op == "all-gather") == padded, calls
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_with_bf16_master_weights_the_optimizer_reads_the_flat_16bit_copy_and_no_fp32_gradient_is_made(ranks, stage):
+    """bf16.bf16_master_weights_and_grads with bf16_optimizer_states: inside step() the gradient the optimizer reads
+    is the flat bf16 copy of the gradient partition itself (``.to(master dtype)`` returns it), so zero_terms counts
+    that copy and no fp32 gradient; with fp32 master weights (the control) it is a new fp32 tensor."""
+    results, _ = ranks
+    for rank in results:
+        record = rank[f"stage{stage}_bf16_master"]
+        inside = [group for seen in record["in_step"] for group in seen if group]
+        assert inside and all(group["dtype"] == "torch.bfloat16" for group in inside)
+        assert all(all(seen) for seen in record["reads_the_flat_copy"])
+        assert all(group is None for seen in record["after_step"] for group in seen)
+        partition = sum(group["numel"] for group in record["in_step"][-1] if group)
+        assert partition == pytest.approx(record["params"] / RANKS, abs=RANKS)
+        model = SimpleNamespace(params=lambda: record["params"], largest_layer_params=lambda: record["largest_param"])
+        step = zero_terms.model_states(model, stage, RANKS, master="bf16").step
+        assert "fp32_grads" not in step and step["flat_grad_copy"] == pytest.approx(2 * partition, abs=2 * RANKS)
+        control = rank[f"stage{stage}"]
+        assert not any(any(seen) for seen in control["reads_the_flat_copy"])

@@ -11,6 +11,8 @@ For each case it trains the tiny GPT of zerolab.run for 3 steps and records, fro
 - at stage 1 with overlap_comm off and 2 micro-steps a step, the elements of the gradients the module holds in
   ``.grad`` after each micro-step's backward and step;
 - the elements of every all-reduce and all-gather of each step (lesson 08's "Alignment");
+- with bf16 master weights and optimizer states (stages 1-3), the same gradient the optimizer reads inside
+  ``_optimizer_step``, and whether it is the flat copy ``step()`` made (the same storage);
 - at stage 3, the most parameter elements gathered at once (``ds_status`` not NOT_AVAILABLE), sampled after every
   ``PartitionedParameterCoordinator.fetch_sub_module``.
 Writes OUT_DIR/rank<r>.json.
@@ -49,6 +51,12 @@ def accumulating_stage1():
     return cfg
 
 
+def bf16_master(stage):
+    cfg = config(stage)
+    cfg["bf16"].update(bf16_master_weights_and_grads=True, bf16_optimizer_states=True)
+    return cfg
+
+
 CASES = {
     "stage1": config(1),
     "stage1_accumulating": accumulating_stage1(),
@@ -58,7 +66,16 @@ CASES = {
     "stage3": config(3),
     "stage3_live": config(3, stage3_max_live_parameters=20_000, stage3_max_reuse_distance=20_000,
                           stage3_prefetch_bucket_size=5_000),
+    **{f"stage{stage}_bf16_master": bf16_master(stage) for stage in (1, 2, 3)},
 }
+
+
+def _grads_of(optimizer):
+    """The gradient each partition of master weights holds (None where it has none)."""
+    groups = getattr(optimizer, "single_partition_of_fp32_groups", None)
+    if groups is None:
+        groups = optimizer.fp32_partitioned_groups_flat
+    return [g.grad for g in groups]
 
 
 def fp32_grads(optimizer):
@@ -90,12 +107,18 @@ def run_case(name, cfg):
     try:
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
         optimizer = engine.optimizer
-        record = {"after_backward": [], "in_step": [], "after_step": [], "buckets_in_backward": [],
+        record = {"after_backward": [], "in_step": [], "reads_the_flat_copy": [], "after_step": [],
+                  "buckets_in_backward": [],
                   "buckets_after_backward": [], "stage3_buckets": []}
         original_step = optimizer._optimizer_step
 
         def step_and_look(*args, **kwargs):
             record["in_step"].append(fp32_grads(optimizer))
+            # is the gradient the optimizer reads the flat 16-bit copy itself (no copy in the master's dtype)?
+            last = stepping.get("last_flat")
+            record["reads_the_flat_copy"].append([
+                group is not None and last is not None and group.untyped_storage().data_ptr() ==
+                last.untyped_storage().data_ptr() for group in _grads_of(optimizer)])
             return original_step(*args, **kwargs)
 
         optimizer._optimizer_step = step_and_look
@@ -107,6 +130,7 @@ def run_case(name, cfg):
             flat = original_flatten(tensors)
             if stepping["now"]:
                 record["flat_in_step"].append({"numel": flat.numel(), "dtype": str(flat.dtype)})
+                stepping["last_flat"] = flat
             return flat
 
         def opt_step(*args, **kwargs):

@@ -54,6 +54,8 @@ examples:
   zerolab fit --model llama2-13b --seq-len 4096 --gpu a100-80gb --gpu-memory 79GiB --gpus-per-node 8 --headroom 0.1
   zerolab fit --params 13B --layers 40 --hidden 5120 --seq-len 2048 --gpu-memory 40GB --gpus-per-node 8
   zerolab fit --measure-host        time DeepSpeed's CPU Adam on this machine; later fits use the figure
+  zerolab fit --model llama2-7b --seq-len 4096 --gpu h100-80gb --gpus-per-node 8 --master both
+                                    bf16 master weights and moments as rows of their own, ranked with the rest
   zerolab fit --model llama2-7b --seq-len 4096 --gpu h100-80gb --gpus-per-node 8 --emit-config 1 > ds_config.json
   zerolab check ds_config.json --world-size 8        the emitted config passes DeepSpeed's own validation
 """
@@ -82,6 +84,10 @@ def add_arguments(parser):
                         help="host RAM per node, e.g. 1TB; without it host memory is reported, not limited")
     parser.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16",
                         help="training precision (default bf16)")
+    parser.add_argument("--master", choices=("fp32", "bf16", "both"), default="fp32",
+                        help="master weights and Adam moments: fp32 (default), bf16 (DeepSpeed's "
+                             "bf16_master_weights_and_grads with bf16_optimizer_states, stages 1-3 without offload), "
+                             "or both, ranked together")
     parser.add_argument("--attention", choices=ATTENTION[:2], default="flash",
                         help="flash: a fused kernel that keeps no s x s scores (default); standard: explicit softmax")
     parser.add_argument("--mfu", type=_fraction("--mfu", low_open=True), default=step_time.MFU, metavar="F",
@@ -116,6 +122,9 @@ def run(args):
     if args.simulate and hf_source is None:
         raise UserError("--simulate needs a Hugging Face model: --config config.json, or a --model preset with a "
                         f"released config ({', '.join(HF_CONFIGS)})")
+    if args.master != "fp32" and args.precision != "bf16":
+        raise UserError(f"--master {args.master} needs --precision bf16: DeepSpeed keeps bf16 master weights only in "
+                        "bf16 training (its bf16 block)")
     implementation = args.implementation or fitting.implementation_for(model)
     if implementation == "hf" and fitting.implementation_for(model) != "hf":
         raise UserError(f"--implementation hf: {model.name} is not a Llama-family model (SwiGLU, RMSNorm, no biases); "
@@ -124,7 +133,8 @@ def run(args):
         result = fitting.fit(model, args.seq_len, args.gpu_memory, args.gpus_per_node, args.nodes, args.host_memory,
                              args.precision, args.attention, gpu=args.gpu, mfu=args.mfu,
                              inter_node=args.inter_node_bandwidth, cpu_adam_params_per_s=args.cpu_adam_throughput,
-                             headroom=args.headroom, implementation=implementation)
+                             headroom=args.headroom, implementation=implementation,
+                             masters=("fp32", "bf16") if args.master == "both" else (args.master,))
     except ValueError as error:
         raise UserError(f"--gpu: {error}" if "GPU" in str(error) else str(error)) from None
     if args.emit_config is not None:
@@ -141,7 +151,7 @@ def run(args):
         print(json.dumps({"model": model.as_dict(), "seq_len": args.seq_len, "gpu_memory": result.gpu_memory,
                           "gpu": result.gpu.as_dict(), "host_memory": args.host_memory,
                           "gpus_per_node": args.gpus_per_node, "nodes": args.nodes, "precision": args.precision,
-                          "attention": args.attention, "implementation": implementation,
+                          "attention": args.attention, "implementation": implementation, "master": args.master,
                           "assumptions": result.assumptions,
                           "rows": [o.as_dict() for o in result.rows],
                           "rejected": [o.as_dict() for o in result.rejected]}, indent=2))
@@ -190,12 +200,15 @@ def table(result):
              f"{result.nodes} node(s) x {result.gpus_per_node} GPU(s) of {_gb(result.gpu_memory)}, host memory "
              + (f"{_gb(result.host_memory)} per node" if result.host_memory else "not limited")
              + "  (1 GB = 10^9 bytes)", ""]
+    masters = result.masters != ("fp32",)  # a column for the master weights' dtype
     if result.rows:
-        lines.append(f"{'#':>3}  {'stage':>5}  {'offload opt/param':<17}  {'recompute':<9}  {'micro':>5}  "
-                     f"{'GPU peak':>10}  {'host/node':>9}  {'time/step':>9}  {'tokens/s':>9}")
+        lines.append(f"{'#':>3}  {'stage':>5}  {'offload opt/param':<17}  " + (f"{'master':<6}  " if masters else "")
+                     + f"{'recompute':<9}  {'micro':>5}  {'GPU peak':>10}  {'host/node':>9}  {'time/step':>9}  "
+                     f"{'tokens/s':>9}")
         for number, o in enumerate(result.rows, 1):
             mark = "!" if o.tight else " "
             lines.append(f"{number:>3}  {o.stage:>5}  {o.offload_optimizer + '/' + o.offload_param:<17}  "
+                         + (f"{o.master:<6}  " if masters else "") +
                          f"{o.recompute:<9}  {o.micro_batch:>5}  {_gb(o.budget.gpu_bytes):>9}{mark}  "
                          f"{_gb(o.budget.host_bytes):>9}  {_seconds(o.time.total_s):>9}  "
                          f"{o.time.tokens_per_s * result.world_size:>9,.0f}")
@@ -206,8 +219,8 @@ def table(result):
     if result.rejected:
         lines += ["", "Does not fit:"]
         for o in result.rejected:
-            lines.append(f"  stage {o.stage} {o.offload_optimizer}/{o.offload_param}, recompute {o.recompute}: "
-                         f"{o.reason}")
+            lines.append(f"  stage {o.stage} {o.offload_optimizer}/{o.offload_param}"
+                         + (f", {o.master} master" if masters else "") + f", recompute {o.recompute}: {o.reason}")
     lines.append("`--emit-config N` prints row N's ds_config.")
     return "\n".join(lines)
 
@@ -226,9 +239,9 @@ def why_first(result):
         roomy = next((n for n, o in enumerate(result.rows, 1) if not o.tight), None)
         lines.append(f"  row 1 leaves less than the {result.assumptions['headroom']:.0%} headroom free (!)"
                      + (f"; the fastest row that leaves it is row {roomy}" if roomy else ""))
-    seen = {(best.stage, best.offload_optimizer, best.offload_param)}
+    seen = {(best.stage, best.offload_optimizer, best.offload_param, best.master)}
     for number, o in enumerate(result.rows[1:], 2):
-        kind = (o.stage, o.offload_optimizer, o.offload_param)
+        kind = (o.stage, o.offload_optimizer, o.offload_param, o.master)
         if kind in seen:
             continue
         seen.add(kind)
@@ -240,7 +253,8 @@ def why_first(result):
                  "communication and PCIe copies the GPU waits for": "communication and PCIe copies that nothing hides",
                  "CPU Adam": f"CPU Adam, {_seconds(o.time.cpu_adam_s)} per step that nothing overlaps",
                  "NVMe swaps": f"NVMe swaps, {_seconds(o.time.nvme_s)} per step"}[name]
-        lines.append(f"  vs row {number} (stage {o.stage} {o.offload_optimizer}/{o.offload_param}, recompute "
+        lines.append(f"  vs row {number} (stage {o.stage} {o.offload_optimizer}/{o.offload_param}"
+                     + (f", {o.master} master" if result.masters != ("fp32",) else "") + ", recompute "
                      f"{o.recompute}, micro {o.micro_batch}): {o.time.tokens_per_s / best.time.tokens_per_s:.0%} "
                      f"of row 1's speed, mostly {cause}")
     return lines
@@ -272,7 +286,17 @@ def assumptions(result):
              "`zerolab fit --measure-host` measures this machine)",
              f"  one micro-step per optimizer step; '!' marks a row within the {a['headroom']:.0%} headroom; "
              "tokens/s is for all GPUs together"]
+    if "bf16" in result.masters:
+        lines.append(BF16_MASTER_TRADE_OFF)
     return lines
+
+
+# DeepSpeed's own figures: its blog on the 0.18.3 core API update (blogs/core_api_update in the DeepSpeed repository).
+BF16_MASTER_TRADE_OFF = (
+    "  bf16 master: master weights and Adam moments in bf16 take 6 bytes a parameter instead of 12, and no fp32 "
+    "gradient is made in step(); the price is precision: in DeepSpeed's own measurement (0.18.3 release blog) peak "
+    "memory fell from 31.38 to 18.93 GB and the final loss rose from 3.09 to 3.12. Rows with offload are fp32 only "
+    "(bf16 masters under offload are not modelled); on a tie in speed the fp32 row ranks first")
 
 
 def _measure_host():

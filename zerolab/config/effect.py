@@ -24,6 +24,8 @@ class Settings:
     grad_accum: int
     micro_batch: int | None
     world_size: int
+    master: str = "fp32"  # the master weights' dtype: bf16 under bf16.bf16_master_weights_and_grads (stages 1-3)
+    moments: str = "fp32"  # Adam's moments: bf16 under bf16.bf16_optimizer_states as well
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,11 @@ def read_settings(source, world_size=1):
         param_device = "none"  # DeepSpeed never passes offload_param to the stage 1/2 optimizer  # claim: offload-param-ignored-below-stage-3
     _, parsed = validate(config, world_size)
     grad_accum, micro = _batch(config, parsed)
+    precision = _precision(config)
+    master, moments = _master_and_moments(config, stage, precision)
     return Settings(stage=stage, offload_optimizer=optimizer_device, offload_param=param_device,
-                    precision=_precision(config), reduce_bucket_size=int(zero.reduce_bucket_size),
+                    precision=precision, master=master, moments=moments,
+                    reduce_bucket_size=int(zero.reduce_bucket_size),
                     allgather_bucket_size=int(zero.allgather_bucket_size),
                     prefetch_bucket_size=int(zero.prefetch_bucket_size), overlap_comm=bool(zero.overlap_comm),
                     grad_accum=grad_accum, micro_batch=micro, world_size=world_size)
@@ -91,9 +96,14 @@ def config_effect(source, params, gpus_per_node=1, nodes=1, accounting="deepspee
             raise UserError(f"{name} must be a whole number >= 1, got {value!r}")
     world = gpus_per_node * nodes
     s = read_settings(source, world)
+    if s.master != "fp32" and accounting != "paper":
+        raise UserError("bf16.bf16_master_weights_and_grads is set: DeepSpeed's estimator (the deepspeed accounting) "
+                        "counts fp32 master weights and moments only; use --accounting paper, which counts them in "
+                        "bf16")
+    low_precision = {"master": s.master, "moments": s.moments} if s.master != "fp32" else {}
     estimate = memory.estimate(params, s.stage, gpus_per_node, nodes, offload_optimizer=s.offload_optimizer,
                                offload_param=s.offload_param, precision=s.precision, accounting=accounting,
-                               largest_layer_params=largest_layer_params)
+                               largest_layer_params=largest_layer_params, **low_precision)
     traffic = comm.traffic(params, s.stage, world, grad_accum=s.grad_accum, precision=s.precision,
                            reduce_bucket_size=s.reduce_bucket_size,
                            allgather_bucket_size=max(1, s.allgather_bucket_size),
@@ -117,6 +127,16 @@ def _precision(config):
         if isinstance(value, dict) and value.get("enabled") is True:
             return name
     return "fp32"
+
+
+def _master_and_moments(config, stage, precision):
+    """("bf16" or "fp32", "bf16" or "fp32"): the master weights' and Adam moments' dtype DeepSpeed keeps. The bf16
+    keys count only where DeepSpeed's config class accepts them: bf16 training at stages 1-3, and the moments only
+    with the master weights."""
+    block = next((config[name] for name in ("bf16", "bfloat16") if isinstance(config.get(name), dict)), {})
+    if precision != "bf16" or stage == 0 or block.get("bf16_master_weights_and_grads") is not True:
+        return "fp32", "fp32"
+    return "bf16", "bf16" if block.get("bf16_optimizer_states") is True else "fp32"
 
 
 def _batch(config, parsed):

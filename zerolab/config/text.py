@@ -31,6 +31,7 @@ def effect_rows(effect):
     s, m, t = effect.settings, effect.memory, effect.traffic
     unit = "GiB" if m.accounting == "deepspeed" else "GB"
     rows = [("ZeRO stage", str(s.stage)), ("precision", s.precision),
+            ("master weights / Adam moments", f"{s.master} / {s.moments}"),
             ("optimizer state on", s.offload_optimizer), ("parameters offloaded to", s.offload_param),
             ("gradient accumulation", str(s.grad_accum)), ("overlap_comm", str(s.overlap_comm)),
             (f"GPU memory per GPU ({m.accounting})", format_bytes(m.gpu_bytes, unit)),

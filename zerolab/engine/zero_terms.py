@@ -33,6 +33,13 @@ Reduce buckets: ZeRO-1/2 allocate one ``reduce_bucket_size`` buffer per communic
 Parameters below ``stage3_param_persistence_threshold`` (1e5 elements: a decoder's norms) stay whole on every GPU;
   for the models here that is well under 0.1% and not counted.
 Stage 0 is the estimator's figure at both peaks (DeepSpeed's bf16 optimizer keeps its fp32 gradients).
+bf16 master weights (``master="bf16"``: bf16.bf16_master_weights_and_grads with bf16_optimizer_states, stages 1-3,
+  nothing offloaded, the setup DeepSpeed 0.19.8 steps on the device): the master partition takes 2 bytes a
+  parameter and Adam's moments 4; inside ``step()`` the flat 16-bit copy of the gradient partition already has the
+  master's dtype, so ``.to(master dtype)`` returns it and no fp32 gradient is made (tests/test_zero_terms_measured.py
+  sees the optimizer read that very copy). The estimator's figure (``estimate``) stays DeepSpeed's own, which knows
+  only fp32 master weights. With the optimizer offloaded DeepSpeed steps bf16 masters with its CPU Adam; the host
+  side of that is not modelled here yet (ValueError).
 """
 import math
 from dataclasses import dataclass
@@ -77,8 +84,9 @@ class ModelStates:
 def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
                  precision="bf16", accounting="deepspeed", max_live_parameters=MAX_LIVE_PARAMETERS,
                  max_reuse_distance=MAX_REUSE_DISTANCE, sub_group_size=SUB_GROUP_SIZE, pin_memory=True,
-                 pin_backend="torch"):
+                 pin_backend="torch", master="fp32"):
     """ModelStates of ``model`` (a zerolab.engine.models.Decoder) for this setup; see the module docstring."""
+    _check_master(master, stage, precision, offload_optimizer, offload_param)
     params, largest = model.params(), model.largest_layer_params()
     estimate = memory.estimate(params, stage, gpus_per_node, nodes, offload_optimizer=offload_optimizer,
                                offload_param=offload_param, precision=precision, accounting=accounting,
@@ -88,13 +96,19 @@ def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none
     if stage == 3:
         kept = max(max_live_parameters, max_reuse_distance)
         backward, step = _stage3(params, largest, world, element, offload_optimizer, offload_param, kept,
-                                 sub_group_size)
+                                 sub_group_size, master)
     else:
         backward = dict(estimate.breakdown["gpu"])
         step = dict(backward)
         if stage in (1, 2) and "fp32_grads" in backward:
             del backward["fp32_grads"]
             step["flat_grad_copy"] = element * math.ceil(params / world)
+        if master == "bf16":
+            partition = math.ceil(params / world)
+            for terms in (backward, step):
+                terms.update(master_weights=memory.MASTER_BYTES[master] * partition,
+                             optimizer_states=memory.MOMENT_BYTES[master] * partition)
+            del step["fp32_grads"]  # the flat copy is the gradient the optimizer reads
     host = host_memory.runtime_host(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param,
                                     precision, largest, pin_memory, pin_backend, sub_group_size)
     return ModelStates(estimate, backward, step, host)
@@ -105,19 +119,32 @@ def gathered_params(params, largest, kept=max(MAX_LIVE_PARAMETERS, MAX_REUSE_DIS
     return min(params, kept + largest)
 
 
-def _stage3(params, largest, world, element, offload_optimizer, offload_param, kept, sub_group_size):
+def _check_master(master, stage, precision, offload_optimizer, offload_param):
+    if master not in memory.MASTER_BYTES:
+        raise ValueError(f"master must be one of {', '.join(memory.MASTER_BYTES)}, got {master!r}")
+    if master == "bf16" and (stage == 0 or precision != "bf16"):
+        raise ValueError("bf16 master weights need bf16 training and ZeRO stage 1, 2 or 3")
+    if master == "bf16" and (offload_optimizer, offload_param) != ("none", "none"):
+        raise ValueError("bf16 master weights with offload are not modelled yet: DeepSpeed steps them with its CPU "
+                         "Adam, whose host buffers zerolab.engine.host_memory counts for fp32 masters only")
+
+
+def _stage3(params, largest, world, element, offload_optimizer, offload_param, kept, sub_group_size, master="fp32"):
     partition = math.ceil(params / world)
     persistent = {}
     if offload_param == "none":
         persistent["params"] = element * partition
     if offload_optimizer == "none":
-        persistent.update(grads=element * partition, master_weights=4 * partition, optimizer_states=8 * partition)
+        persistent.update(grads=element * partition, master_weights=memory.MASTER_BYTES[master] * partition,
+                          optimizer_states=memory.MOMENT_BYTES[master] * partition)
     backward = dict(persistent, gathered_params=element * gathered_params(params, largest, kept),
                     gathered_grads=element * largest)
     step = dict(persistent)
     if offload_optimizer == "none":
         sub_group = min(partition, sub_group_size)
-        step.update(fp32_grads=4 * sub_group, flat_grad_copy=element * sub_group)
+        if master == "fp32":
+            step["fp32_grads"] = 4 * sub_group
+        step["flat_grad_copy"] = element * sub_group  # in bf16 master's dtype: the gradient the optimizer reads
     return backward, step
 
 

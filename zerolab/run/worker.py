@@ -63,12 +63,17 @@ def train(job, rank):
     import deepspeed
 
     from zerolab.run import measure, op_cache
+    from zerolab.run.configs import update_rule
     from zerolab.run.meter import TrafficMeter
     from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch
 
     config, device = job["config"], job["device"]
     op_cache.skip_shm_comm_op()
     prepare_ops(config)
+    if device == "cpu" and update_rule(config) == "muon":
+        # DeepSpeed's Muon runs Newton-Schulz through torch.compile: on CPU ranks a fresh environment would spend a
+        # minute compiling it, silently, for a model this small. Eager, it keeps the same state tensors.
+        torch._dynamo.config.disable = True
     if device == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")

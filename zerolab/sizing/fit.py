@@ -32,6 +32,7 @@ class Option:
     time: step_time.StepTime | None = None  # at micro_batch; None when rejected
     tight: bool = False  # within the headroom of the GPU's memory even at micro_batch
     largest_micro_batch: int = 0  # the largest that fits at all
+    master: str = "fp32"  # the master weights' (and Adam moments') dtype: "bf16" is DeepSpeed's bf16 optimizer states
 
     @property
     def fits(self):
@@ -43,7 +44,7 @@ class Option:
 
     def as_dict(self):
         return {"stage": self.stage, "offload_optimizer": self.offload_optimizer, "offload_param": self.offload_param,
-                "recompute": self.recompute, "fits": self.fits, "micro_batch": self.micro_batch,
+                "master": self.master, "recompute": self.recompute, "fits": self.fits, "micro_batch": self.micro_batch,
                 "gpu_bytes": self.budget.gpu_bytes, "gpu_peak": self.budget.peak,
                 "gpu_lines": dict(self.budget.gpu), "gpu_backward_lines": dict(self.budget.backward),
                 "gpu_step_lines": dict(self.budget.step), "model_state_terms": {
@@ -72,6 +73,7 @@ class Fit:
     gpu: gpus.GPU = None  # whose speeds the times assume
     assumptions: dict = None  # mfu, inter_node, cpu_adam_params_per_s (and where it came from), headroom
     implementation: str = "megatron"  # whose activations: zerolab.engine.activations' implementation
+    masters: tuple = ("fp32",)  # the master-weight dtypes the rows were tried with
 
     @property
     def world_size(self):
@@ -80,12 +82,16 @@ class Fit:
 
 def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=None, precision="bf16",
         attention="flash", gpu=None, mfu=step_time.MFU, inter_node=step_time.INTER_NODE_BYTES_PER_S,
-        cpu_adam_params_per_s=None, headroom=HEADROOM, implementation="megatron"):
+        cpu_adam_params_per_s=None, headroom=HEADROOM, implementation="megatron", masters=("fp32",)):
     """Every stage / offload / recomputation combination for ``model``, the fitting ones ranked fastest first.
 
     ``implementation`` says whose code keeps the activations (zerolab.engine.activations): "megatron" (Korthikanti et al.,
     with selective recomputation) or "hf" (Hugging Face's Llama code, which recomputes whole layers or nothing);
     ``implementation_for`` picks the one that runs a model.
+
+    ``masters`` ("fp32", "bf16" or both): the master weights' dtype, each a set of rows. "bf16" is DeepSpeed's
+    bf16.bf16_master_weights_and_grads with bf16_optimizer_states (zerolab.engine.zero_terms), tried at stages 1-3
+    without offload (the setups modelled); on a tie in speed the fp32 row ranks first, as it costs no accuracy.
 
     ``gpu`` is a zerolab.sizing.gpus preset name or GPU (its memory is used when gpu_memory is None; its speeds for the
     times, zerolab.sizing.gpus.DEFAULT_FOR_TIME's without it). ``cpu_adam_params_per_s`` defaults to what
@@ -98,6 +104,10 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
         raise ValueError(f"gpu_memory must be a whole number of bytes >= 1, got {gpu_memory!r}")
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom must be in [0, 1), got {headroom!r}")
+    if not masters or any(master not in memory.MASTER_BYTES for master in masters):
+        raise ValueError(f"masters must be some of {', '.join(memory.MASTER_BYTES)}, got {masters!r}")
+    if "bf16" in masters and precision != "bf16":
+        raise ValueError("bf16 master weights need bf16 training (precision bf16)")
     speeds = device or gpus.preset(gpus.DEFAULT_FOR_TIME)
     adam_source = "given"
     if cpu_adam_params_per_s is None:
@@ -113,11 +123,12 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
     def activations(micro, recompute):
         return activation_memory(model, seq_len, micro, precision, attention, recompute, implementation=implementation)
     one_sequence = {recompute: activations(1, recompute) for recompute in recomputes}
-    for stage, offload_optimizer, offload_param in memory.combinations():
+    for master, stage, offload_optimizer, offload_param in _setups(masters):
         traffic = comm.traffic(model.params(), stage, gpus_per_node * nodes, precision=precision,
                                offload_optimizer=offload_optimizer, offload_param=offload_param,
                                bucket_allreduce=True)
-        states = budgets.model_states(model, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision)
+        states = budgets.model_states(model, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision,
+                                      master=master)
         buckets = budgets.bucket_bytes(stage, precision)
         for recompute in recomputes:
             largest = budgets.largest_micro_batch(gpu_memory, states, one_sequence[recompute], buckets)
@@ -136,17 +147,28 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
                 reason = (f"host: needs {_gb(plan.host_bytes)} per node at run time, the node has "
                           f"{_gb(host_memory)}")
             if reason:
-                rejected.append(Option(stage, offload_optimizer, offload_param, recompute, 0, plan, traffic, reason))
+                rejected.append(Option(stage, offload_optimizer, offload_param, recompute, 0, plan, traffic, reason,
+                                       master=master))
                 continue
             timing = step_time.step_time(model.params(), stage, gpus_per_node, nodes, micro, seq_len, speeds,
                                          recompute, offload_optimizer, offload_param, precision, mfu, inter_node,
                                          cpu_adam_params_per_s)
             tight = plan.gpu_bytes > (1 - headroom) * gpu_memory
             rows.append(Option(stage, offload_optimizer, offload_param, recompute, micro, plan, traffic, "", timing,
-                               tight, largest))
-    rows.sort(key=lambda o: (-o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.budget.gpu_bytes, o.stage))
+                               tight, largest, master))
+    rows.sort(key=lambda o: (-o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.master != "fp32",
+                             o.budget.gpu_bytes, o.stage))
     return Fit(model, seq_len, gpu_memory, host_memory, gpus_per_node, nodes, precision, attention, tuple(rows),
-               tuple(rejected), speeds, assumptions, implementation)
+               tuple(rejected), speeds, assumptions, implementation, tuple(masters))
+
+
+def _setups(masters):
+    """(master, stage, offload_optimizer, offload_param) to try: every combination with fp32 master weights, the
+    ones without offload at stages 1-3 with bf16 (what zerolab.engine.zero_terms models)."""
+    for master in masters:
+        for stage, offload_optimizer, offload_param in memory.combinations():
+            if master == "fp32" or (stage > 0 and (offload_optimizer, offload_param) == ("none", "none")):
+                yield master, stage, offload_optimizer, offload_param
 
 
 def implementation_for(model):
@@ -156,7 +178,8 @@ def implementation_for(model):
 
 
 def ds_config(option, world_size, precision="bf16"):
-    """A ds_config for one fitting Option: its stage, offload and largest micro-batch, one micro-step per step."""
+    """A ds_config for one fitting Option: its stage, offload, master weights and largest micro-batch, one
+    micro-step per step."""
     if not option.fits:
         raise ValueError("this combination does not fit; only a fitting row has a config")
     zero = {"stage": option.stage}
@@ -173,6 +196,8 @@ def ds_config(option, world_size, precision="bf16"):
               "zero_optimization": zero}
     if precision in ("fp16", "bf16"):
         config[precision] = {"enabled": True}
+    if option.master == "bf16":
+        config["bf16"].update(bf16_master_weights_and_grads=True, bf16_optimizer_states=True)
     return config
 
 

@@ -1,0 +1,193 @@
+"""nbgrader's exchange between real Linux users, as a JupyterHub course runs it (issue 33): an instructor and three
+students, each a user of this machine with a home of their own, and the exchange a shared folder with the
+permissions nbgrader documents. The instructor releases lesson 01; each student fetches it, answers and submits
+as themselves; the instructor collects, grades with `zerolab grade` and releases the feedback; each student
+fetches their own feedback and can see no one else's.
+
+What nbgrader documents is checked on the way: a resubmission replaces the earlier one at collect, a submission
+after the due date is graded and recorded late, and a student cannot list the exchange's inbound or feedback
+folders (nor read another student's submission). The scores are the lesson's own points: full marks for the right
+answers, less exercise 1's points for the wrong one."""
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.submissions import corpus
+from tests.submissions.graded import REPO, read_rows
+from zerolab.base.interpreter import env_with_interpreter_bin
+
+pytestmark = pytest.mark.slow
+COURSE_ID = "zerolab"
+LESSON = corpus.LESSON
+
+
+def _why_not():
+    if os.geteuid() != 0:
+        return "the round makes Linux users (useradd), which needs root"
+    if not shutil.which("useradd") or not shutil.which("runuser"):
+        return "useradd and runuser (Debian's passwd and util-linux) are needed"
+    return None
+
+
+class Users:
+    """Linux users made for one test session, named with a random tag (two checkouts on a machine never meet),
+    removed with their homes at the end."""
+
+    def __init__(self):
+        self.tag = secrets.token_hex(3)
+        self.made = []
+
+    def add(self, role):
+        name = f"zl{self.tag}{role}"
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True, timeout=60)
+        self.made.append(name)
+        return name
+
+    def remove(self):
+        for name in self.made:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True, timeout=30)
+            subprocess.run(["userdel", "--remove", name], capture_output=True, timeout=60)
+
+
+def as_user(user, *args, cwd=None, check=True):
+    """Run `python -m ARGS` as ``user`` in a login-like environment of theirs: their HOME, this venv's bin on PATH
+    (nbgrader starts alembic by name)."""
+    home = Path("/home") / user
+    env = {"HOME": str(home), "USER": user, "LOGNAME": user, "PATH": env_with_interpreter_bin()["PATH"],
+           "LANG": "C.UTF-8"}
+    done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-m", *args], cwd=cwd or home, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if check:
+        assert done.returncode == 0, f"{user}: {' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def shell_as(user, command):
+    return subprocess.run(["runuser", "-u", user, "--", "bash", "-c", command], capture_output=True, text=True,
+                          timeout=60)
+
+
+def write_student_config(user, exchange):
+    """What a hub puts in each student's Jupyter config (on a real hub: /etc/jupyter/nbgrader_config.py)."""
+    config = Path("/home") / user / ".jupyter" / "nbgrader_config.py"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"c = get_config()\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
+                      f"c.Exchange.root = {str(exchange)!r}\n")
+    shutil.chown(config.parent, user, user)
+    shutil.chown(config, user, user)
+
+
+def answer(user, notebook):
+    """The student's edit: their copy of the fetched notebook replaced by ``notebook``, owned by them."""
+    path = Path("/home") / user / LESSON / f"{LESSON}.ipynb"
+    nbformat.write(notebook, str(path))
+    shutil.chown(path, user, user)
+
+
+@pytest.fixture(scope="module")
+def round_trip():
+    if _why_not():
+        pytest.skip(_why_not())
+    users = Users()
+    exchange = Path(tempfile.mkdtemp(prefix="zerolab-exchange-"))
+    try:
+        exchange.chmod(0o777)  # nbgrader's documented set-up: everyone reads and writes the exchange root
+        instructor = users.add("i")
+        alice, bob, carol = (users.add(name) for name in ("a", "b", "c"))
+        course = Path("/home") / instructor / "course"
+        corpus.write_course(course, REPO)
+        with open(course / "nbgrader_config.py", "a") as config:
+            config.write(f"c.CourseDirectory.course_id = {COURSE_ID!r}\nc.Exchange.root = {str(exchange)!r}\n")
+        subprocess.run(["chown", "-R", f"{instructor}:{instructor}", str(course)], check=True)
+        as_user(instructor, "nbgrader", "generate_assignment", LESSON, "--force", cwd=course)
+        as_user(instructor, "nbgrader", "release_assignment", LESSON, cwd=course)
+        right = corpus.correct_notebook(course)
+        wrong = corpus.correct_notebook(course)
+        corpus.replace("ex1_model_state_bytes", corpus.WRONG_EX1)(wrong, None)
+
+        seen = {}
+        for student in (alice, bob, carol):
+            write_student_config(student, exchange)
+            listed = as_user(student, "nbgrader", "list")
+            seen.setdefault("listed", {})[student] = listed.stdout + listed.stderr
+            as_user(student, "nbgrader", "fetch_assignment", LESSON)
+        answer(alice, right)
+        as_user(alice, "nbgrader", "submit", LESSON)
+        answer(bob, wrong)
+        as_user(bob, "nbgrader", "submit", LESSON)
+        # Carol submits a wrong answer on time, then the right one after the due date.
+        answer(carol, wrong)
+        as_user(carol, "nbgrader", "submit", LESSON)
+        due = datetime.now(timezone.utc)
+        as_user(instructor, "nbgrader", "db", "assignment", "add", LESSON,
+                f"--duedate={due.strftime('%Y-%m-%d %H:%M:%S')} UTC", cwd=course)
+        time.sleep(1.5)  # nbgrader's timestamps have a resolution of a second or better; make "after" unmistakable
+        answer(carol, right)
+        as_user(carol, "nbgrader", "submit", LESSON)
+
+        seen["inbound_listing"] = shell_as(alice, f"ls {exchange}/{COURSE_ID}/inbound")
+        seen["bob_reads_nothing_of_alice"] = shell_as(
+            bob, f"cat {exchange}/{COURSE_ID}/inbound/{alice}+{LESSON}+*/{LESSON}.ipynb")
+        as_user(instructor, "nbgrader", "collect", LESSON, cwd=course)
+        seen["collected"] = {student: nbformat.read(str(course / "submitted" / student / LESSON / f"{LESSON}.ipynb"),
+                                                    as_version=4) for student in (alice, bob, carol)}
+        graded = as_user(instructor, "zerolab", "grade", LESSON, "--course", str(course), "--feedback",
+                         cwd=course)
+        seen["grade_output"] = graded.stdout + graded.stderr
+        as_user(instructor, "nbgrader", "release_feedback", LESSON, cwd=course)
+        seen["feedback_listing"] = shell_as(alice, f"ls {exchange}/{COURSE_ID}/feedback")
+        for student in (alice, bob, carol):
+            as_user(student, "nbgrader", "fetch_feedback", LESSON)
+        yield dict(seen, course=course, exchange=exchange, instructor=instructor, students=(alice, bob, carol),
+                   right=right, wrong=wrong, due=due)
+    finally:
+        users.remove()
+        shutil.rmtree(exchange, ignore_errors=True)
+
+
+def test_each_student_gets_the_lessons_own_points(round_trip):
+    alice, bob, carol = round_trip["students"]
+    rows = read_rows(round_trip["course"])
+    assert {student: (rows[student]["status"], float(rows[student]["score"])) for student in (alice, bob, carol)} \
+        == {alice: ("graded", corpus.FULL), bob: ("graded", corpus.FULL - corpus.EX1), carol: ("graded", corpus.FULL)}
+
+
+def test_a_resubmission_replaces_the_earlier_one_and_a_late_one_is_recorded_late(round_trip):
+    from nbgrader.api import Gradebook
+
+    alice, bob, carol = round_trip["students"]
+    collected = round_trip["collected"]
+    exercise = lambda nb: corpus.cell(nb, "ex1_model_state_bytes").source  # noqa: E731
+    assert exercise(collected[carol]) == exercise(round_trip["right"]) != exercise(round_trip["wrong"])
+    with Gradebook(f"sqlite:///{round_trip['course'] / 'gradebook.db'}") as gradebook:
+        late = {student: gradebook.find_submission(LESSON, student).total_seconds_late
+                for student in (alice, bob, carol)}
+    assert late[alice] == late[bob] == 0 and late[carol] > 0
+
+
+def test_students_cannot_list_the_exchange_or_read_each_others_work(round_trip):
+    assert round_trip["inbound_listing"].returncode != 0 and "Permission denied" in round_trip["inbound_listing"].stderr
+    assert round_trip["feedback_listing"].returncode != 0
+    assert round_trip["bob_reads_nothing_of_alice"].returncode != 0
+
+
+def test_each_student_fetches_only_their_own_feedback(round_trip):
+    students = round_trip["students"]
+    scores = {students[0]: corpus.FULL, students[1]: corpus.FULL - corpus.EX1, students[2]: corpus.FULL}
+    for student in students:
+        fetched = sorted((Path("/home") / student / LESSON / "feedback").glob(f"*/{LESSON}.html"))
+        assert len(fetched) == 1, (student, fetched)
+        page = fetched[0].read_text()
+        assert f"{scores[student]:g} / {corpus.FULL:g}" in page.replace(".0 ", " "), student
+        assert "BEGIN HIDDEN" not in page and "hidden_tests" not in page.lower()
+        others = [other for other in students if other != student]
+        assert not any(other in page for other in others)
