@@ -35,7 +35,15 @@ def _why_not():
         return "the round makes Linux users (useradd), which needs root"
     if not shutil.which("useradd") or not shutil.which("runuser"):
         return "useradd and runuser (Debian's passwd and util-linux) are needed"
+    if not _runnable_by_everyone(Path(os.path.realpath(sys.executable))):
+        return (f"this venv's python ({os.path.realpath(sys.executable)}) is not runnable by other users (a folder on "
+                "its path is closed, as /root is): make the venv from a python every user can run, as a hub's is "
+                "(scripts/setup.sh with /usr/bin/python3, what CI does)")
     return None
+
+
+def _runnable_by_everyone(path):
+    return path.stat().st_mode & 0o001 and all(folder.stat().st_mode & 0o001 for folder in path.parents)
 
 
 class Users:
