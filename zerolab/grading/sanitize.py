@@ -145,13 +145,18 @@ def _copy_plain_files(source, target, result):
             shutil.copy2(path, target / path.relative_to(source))
 
 
+# What nbgrader's exchange puts beside a submission: its time, and the secret that names the student's feedback
+# (release_feedback reads it from feedback/<student>/<lesson>/, where generate_feedback copies it from autograded/).
+NBGRADER_FILES = ("timestamp.txt", "submission_secret.txt")
+
+
 def _drop_unknown_files(staged, release_dir, result):
-    """Keep the notebooks, timestamp.txt and the release's own files. A student's zerolab/lesson/checks.py or json.py
-    would otherwise be imported by the hidden tests instead of the real module."""
+    """Keep the notebooks, nbgrader's own files and the release's own files. A student's zerolab/lesson/checks.py
+    or json.py would otherwise be imported by the hidden tests instead of the real module."""
     allowed = {path.relative_to(release_dir) for path in release_dir.rglob("*")} if release_dir.is_dir() else set()
     for path in sorted(staged.iterdir()):
         name = path.relative_to(staged)
-        if path.suffix == ".ipynb" or path.name == "timestamp.txt" or name in allowed:
+        if path.suffix == ".ipynb" or path.name in NBGRADER_FILES or name in allowed:
             continue
         python = path.suffix == ".py" or (path.is_dir() and any(path.rglob("*.py")))
         shutil.rmtree(path) if path.is_dir() else path.unlink()
