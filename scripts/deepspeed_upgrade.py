@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,9 +74,10 @@ def scratch_environment(folder, version):
                     "--target", str(theirs), "--upgrade", f"deepspeed=={version}"], check=True)
     seen = subprocess.run([str(python), "-c", "import deepspeed; print(deepspeed.__version__)"],
                           capture_output=True, text=True, cwd=ROOT)
-    if seen.returncode or seen.stdout.strip() != version:
-        raise SystemExit(f"the scratch environment imports deepspeed {seen.stdout.strip() or '(nothing)'} "
-                         f"instead of {version}:\n{seen.stderr[-2000:]}")
+    imported = (seen.stdout.strip().splitlines() or ["(nothing)"])[-1]  # DeepSpeed logs to stdout on import
+    if seen.returncode or imported != version:
+        raise SystemExit(f"the scratch environment imports deepspeed {imported} instead of {version}:\n"
+                         f"{seen.stderr[-2000:]}")
     return python
 
 
@@ -186,20 +188,22 @@ def main(argv=None):
         parser.error(f"no such claim: {', '.join(unknown)} (docs/claims.md lists them)")
 
     folder = Path(tempfile.mkdtemp(prefix=f"deepspeed-{version}-"))
-    python = scratch_environment(folder, version)
-    found = run_checks(python, chosen, folder / "checks.xml")
-    moved = []
-    if not args.no_ledger:
-        pinned_rows = fit_ledger_runs.read_rows()
-        moved = moved_rows(pinned_rows, run_ledger(python, folder / "ledger.md"))
+    try:
+        python = scratch_environment(folder, version)
+        found = run_checks(python, chosen, folder / "checks.xml")
+        moved = []
+        if not args.no_ledger:
+            pinned_rows = fit_ledger_runs.read_rows()
+            moved = moved_rows(pinned_rows, run_ledger(python, folder / "ledger.md"))
+    finally:
+        if args.keep:
+            say(f"the scratch environment stays in {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     args.out.write_text(render(version, pinned, chosen, found, moved, not args.no_ledger) + "\n", encoding="utf-8")
     failed = sum(outcome == "failed" for outcome, _ in found.values())
     say(f"wrote {os.path.relpath(args.out)}: {failed} of {len(found)} checks fail under {version}, "
         f"{len(moved)} ledger rows moved")
-    if args.keep:
-        say(f"the scratch environment stays in {folder} (python: {python})")
-    else:
-        subprocess.run(["rm", "-rf", str(folder)])
     print(json.dumps({"deepspeed": version, "pinned": pinned, "checks_failed": failed, "checks": len(found),
                       "ledger_rows_moved": len(moved)}))
     return 0
