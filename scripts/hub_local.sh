@@ -83,8 +83,10 @@ c.Spawner.http_timeout = 180
 EOF
     echo "http://127.0.0.1:$port" > "$STATE/url"
     say "starting JupyterHub on http://127.0.0.1:$port (log: $STATE/jupyterhub.log)"
-    (cd "$STATE" && nohup "$VENV/bin/python" -m jupyterhub -f "$STATE/jupyterhub_config.py" \
-        > "$STATE/jupyterhub.log" 2>&1 &)
+    # all of the background job's output to the log: a caller reading this script's output through a pipe must
+    # not wait for the hub to end
+    (cd "$STATE" && exec setsid "$VENV/bin/python" -m jupyterhub -f "$STATE/jupyterhub_config.py") \
+        > "$STATE/jupyterhub.log" 2>&1 < /dev/null &
     for _ in $(seq 1 180); do
         if "$VENV/bin/python" -c "import urllib.request, sys; urllib.request.urlopen('http://127.0.0.1:$port/hub/api', timeout=2)" 2>/dev/null; then
             say "ready"
