@@ -4,7 +4,10 @@
 
 Writes, under PREFIX (files owned by the course, safe to write again):
   etc/jupyter/labconfig/page_config.json         nbgrader's instructor UI hidden (formgrader, Create Assignment,
-                                                 course list, its menu); its Validate button stays
+                                                 course list); its Validate button and its Nbgrader menu stay: on
+                                                 a hub the menu is how students open the Assignment List (its
+                                                 plugin adds the command to no palette or launcher), and it shows
+                                                 no item for the hidden plugins
   etc/jupyter/jupyter_server_config.d/zerolab-students.json
                                                  the formgrader and course-list server parts off
   etc/jupyter/jupyter_server_config.json         allow_root, so the README's start command also works in a root
@@ -20,7 +23,8 @@ import sys
 from pathlib import Path
 
 HIDDEN_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
-                      "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:menu")
+                      "@jupyter/nbgrader:course-list")
+SHOWN_LAB_PLUGINS = ("@jupyter/nbgrader:menu",)  # hidden by earlier versions of this script: shown again
 SERVER_EXTENSIONS = {"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": False,
                                                            "nbgrader.server_extensions.course_list": False}}}
 SERVER_CONFIG = {"ServerApp": {"allow_root": True}}
@@ -41,7 +45,8 @@ def configure(prefix):
     written = []
     for path, update in (
         (prefix / "etc/jupyter/labconfig/page_config.json",
-         {"disabledExtensions": {name: True for name in HIDDEN_LAB_PLUGINS}}),
+         {"disabledExtensions": {**{name: True for name in HIDDEN_LAB_PLUGINS},
+                                 **{name: False for name in SHOWN_LAB_PLUGINS}}}),
         (prefix / "etc/jupyter/jupyter_server_config.d/zerolab-students.json", SERVER_EXTENSIONS),
         (prefix / "etc/jupyter/jupyter_server_config.json", SERVER_CONFIG),
         (prefix / "share/jupyter/lab/settings/overrides.json", LAB_SETTINGS),
