@@ -1,13 +1,15 @@
-"""nbgrader's exchange between real Linux users, as a JupyterHub course runs it (issue 33): an instructor and three
-students, each a user of this machine with a home of their own, and the exchange a shared folder with the
-permissions nbgrader documents. The instructor releases lesson 01; each student fetches it, answers and submits
-as themselves; the instructor collects, grades with `zerolab grade` and releases the feedback; each student
-fetches their own feedback and can see no one else's.
+"""nbgrader's exchange between real Linux users on a real JupyterHub (issue 33): an instructor and three students,
+each a user of this machine with a home of their own, and the exchange a shared folder with the permissions
+nbgrader documents. The instructor releases lesson 01. Alice logs in to the hub (scripts/hub_local.sh) in Chromium,
+opens the Assignment List from the Nbgrader menu, fetches the lesson, answers and submits with its buttons; Bob and
+Carol use nbgrader's commands as themselves. The instructor collects, grades with `zerolab grade` and releases the
+feedback; each student fetches their own feedback and can see no one else's.
 
 What nbgrader documents is checked on the way: a resubmission replaces the earlier one at collect, a submission
 after the due date is graded and recorded late, and a student cannot list the exchange's inbound or feedback
 folders (nor read another student's submission). The scores are the lesson's own points: full marks for the right
 answers, less exercise 1's points for the wrong one."""
+import contextlib
 import os
 import secrets
 import shutil
@@ -21,6 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.browser_session import ARTIFACTS, CHROMIUM, FLAGS
 from tests.submissions import corpus
 from tests.submissions.graded import REPO, read_rows
 from zerolab.base.interpreter import env_with_interpreter_bin
@@ -28,6 +31,8 @@ from zerolab.base.interpreter import env_with_interpreter_bin
 pytestmark = pytest.mark.slow
 COURSE_ID = "zerolab"
 LESSON = corpus.LESSON
+HUB = REPO / "scripts" / "hub_local.sh"
+PASSWORD = secrets.token_urlsafe(12)
 
 
 def _why_not():
@@ -39,6 +44,13 @@ def _why_not():
         return (f"this venv's python ({os.path.realpath(sys.executable)}) is not runnable by other users (a folder on "
                 "its path is closed, as /root is): make the venv from a python every user can run, as a hub's is "
                 "(scripts/setup.sh with /usr/bin/python3, what CI does)")
+    if not os.access(CHROMIUM, os.X_OK) or not shutil.which("npm"):
+        return "Chromium and npm are needed (bash scripts/setup.sh --grading; npm brings the hub's proxy)"
+    try:
+        import jupyterhub  # noqa: F401
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "JupyterHub and Playwright are needed: pip install -r scripts/requirements-grading.txt"
     return None
 
 
@@ -94,6 +106,52 @@ def write_student_config(user, exchange):
     shutil.chown(config, user, user)
 
 
+@contextlib.contextmanager
+def hub(state, users, exchange):
+    """scripts/hub_local.sh's hub for ``users``, its state in ``state``: yields its URL."""
+    env = dict(os.environ, ZEROLAB_HUB_DIR=str(state), ZEROLAB_HUB_USERS=" ".join(users),
+               ZEROLAB_HUB_PASSWORD=PASSWORD, ZEROLAB_HUB_EXCHANGE=str(exchange), ZEROLAB_HUB_COURSE=COURSE_ID)
+    try:
+        started = subprocess.run(["bash", str(HUB), "start"], env=env, capture_output=True, text=True, timeout=600)
+        assert started.returncode == 0, started.stderr[-3000:]
+        yield (state / "url").read_text().strip()
+    finally:
+        subprocess.run(["bash", str(HUB), "stop"], env=env, capture_output=True, timeout=120)
+
+
+def fetch_and_submit_in_the_browser(url, user, notebook, profile):
+    """What a student does on the hub: log in, Nbgrader > Assignment List, Fetch, answer, Submit."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as driver:
+        context = driver.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
+                                                            args=FLAGS, viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        try:
+            page.goto(f"{url}/hub/login")
+            page.fill("#username_input", user)
+            page.fill("#password_input", PASSWORD)
+            page.click("#login_submit")
+            page.wait_for_selector(".jp-LabShell", timeout=240_000)  # the hub starts the user's server first
+            page.click(".lm-MenuBar-itemLabel:text-is('Nbgrader')", timeout=60_000)
+            page.click(".lm-Menu-itemLabel:text-is('Assignment List')")
+            released = page.locator(f"#released_assignments_list .list_item:has-text('{LESSON}')")
+            released.locator("button:has-text('Fetch')").click(timeout=60_000)
+            fetched = page.locator(f"#fetched_assignments_list .list_item:has-text('{LESSON}')").first
+            fetched.locator("button:has-text('Submit')").wait_for(timeout=60_000)
+            answer(user, notebook)
+            fetched.locator("button:has-text('Submit')").click()
+            page.locator(f"#submitted_assignments_list .list_item:has-text('{LESSON}')").first.wait_for(
+                timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "hub-assignment-list-submitted.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "failed-hub-assignment-list.png"))
+            raise
+        finally:
+            context.close()
+
+
 def answer(user, notebook):
     """The student's edit: their copy of the fetched notebook replaced by ``notebook``, owned by them."""
     path = Path("/home") / user / LESSON / f"{LESSON}.ipynb"
@@ -107,7 +165,9 @@ def round_trip():
         pytest.skip(_why_not())
     users = Users()
     exchange = Path(tempfile.mkdtemp(prefix="zerolab-exchange-"))
+    scratch = Path(tempfile.mkdtemp(prefix="zerolab-hub-"))  # the hub's state (its users read their config there)
     try:
+        scratch.chmod(0o755)
         exchange.chmod(0o777)  # nbgrader's documented set-up: everyone reads and writes the exchange root
         instructor = users.add("i")
         alice, bob, carol = (users.add(name) for name in ("a", "b", "c"))
@@ -125,11 +185,10 @@ def round_trip():
         seen = {}
         for student in (alice, bob, carol):
             write_student_config(student, exchange)
-            listed = as_user(student, "nbgrader", "list")
-            seen.setdefault("listed", {})[student] = listed.stdout + listed.stderr
+        with hub(scratch / "hub", [alice], exchange) as url:
+            fetch_and_submit_in_the_browser(url, alice, right, scratch / "browser")
+        for student in (bob, carol):
             as_user(student, "nbgrader", "fetch_assignment", LESSON)
-        answer(alice, right)
-        as_user(alice, "nbgrader", "submit", LESSON)
         answer(bob, wrong)
         as_user(bob, "nbgrader", "submit", LESSON)
         # Carol submits a wrong answer on time, then the right one after the due date.
@@ -160,6 +219,7 @@ def round_trip():
     finally:
         users.remove()
         shutil.rmtree(exchange, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_each_student_gets_the_lessons_own_points(round_trip):
