@@ -13,8 +13,8 @@ installs the asked release there, runs the checks with that environment's python
 each ledger row whose measured bytes moved. A claim that fails is a sentence of the course to re-read against the
 new release before the pin moves; a moved ledger row is a prediction to revisit.
 
-Takes minutes: installing DeepSpeed builds its sdist (about a minute), the scratch environment compiles its own ops
-on first use, and the checks include real runs on 2 CPU ranks.
+Takes minutes: installing DeepSpeed builds its sdist (about a minute), the scratch environment compiles its own
+ops first (as scripts/setup.sh does), and the checks include real runs on 2 CPU ranks.
 """
 import argparse
 import json
@@ -78,6 +78,9 @@ def scratch_environment(folder, version):
     if seen.returncode or imported != version:
         raise SystemExit(f"the scratch environment imports deepspeed {imported} instead of {version}:\n"
                          f"{seen.stderr[-2000:]}")
+    say("compiling the ops the course's runs need, as scripts/setup.sh does (about a minute)")
+    subprocess.run([str(python), str(ROOT / "scripts" / "build_ops.py")], cwd=ROOT, check=True,
+                   env=dict(os.environ, DS_ACCELERATOR="cpu", PATH=f"{folder / 'bin'}:{os.environ['PATH']}"))
     return python
 
 
