@@ -183,10 +183,12 @@ def round_trip():
         corpus.replace("ex1_model_state_bytes", corpus.WRONG_EX1)(wrong, None)
 
         seen = {}
-        for student in (alice, bob, carol):
-            write_student_config(student, exchange)
+        # Alice's server finds the exchange through the hub's config alone; her own config comes after, for the
+        # command that fetches her feedback
         with hub(scratch / "hub", [alice], exchange) as url:
             fetch_and_submit_in_the_browser(url, alice, right, scratch / "browser")
+        for student in (alice, bob, carol):
+            write_student_config(student, exchange)
         for student in (bob, carol):
             as_user(student, "nbgrader", "fetch_assignment", LESSON)
         answer(bob, wrong)
