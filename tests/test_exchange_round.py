@@ -1,9 +1,10 @@
 """nbgrader's exchange between real Linux users on a real JupyterHub (issue 33): an instructor and three students,
 each a user of this machine with a home of their own, and the exchange a shared folder with the permissions
 nbgrader documents. The instructor releases lesson 01. Alice logs in to the hub (scripts/hub_local.sh) in Chromium,
-opens the Assignment List from the Nbgrader menu, fetches the lesson, answers and submits with its buttons; Bob and
-Carol use nbgrader's commands as themselves. The instructor collects, grades with `zerolab grade` and releases the
-feedback; each student fetches their own feedback and can see no one else's.
+opens the Assignment List from the Nbgrader menu, fetches the lesson, answers and submits with its buttons, and
+later fetches her feedback with its Fetch Feedback button; Bob and Carol use nbgrader's commands as themselves. The
+instructor collects, grades with `zerolab grade` and releases the feedback; each student fetches their own feedback
+and can see no one else's.
 
 What nbgrader documents is checked on the way: a resubmission replaces the earlier one at collect, a submission
 after the due date is graded and recorded late, and a student cannot list the exchange's inbound or feedback
@@ -119,8 +120,10 @@ def hub(state, users, exchange):
         subprocess.run(["bash", str(HUB), "stop"], env=env, capture_output=True, timeout=120)
 
 
-def fetch_and_submit_in_the_browser(url, user, notebook, profile):
-    """What a student does on the hub: log in, Nbgrader > Assignment List, Fetch, answer, Submit."""
+@contextlib.contextmanager
+def assignment_list(url, user, profile, name):
+    """A student's browser on the hub: logged in, their server started, Nbgrader > Assignment List open; yields the
+    page. A screenshot is kept as tests/artifacts/browser/hub-NAME.png (failed-hub-NAME.png on failure)."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -136,20 +139,36 @@ def fetch_and_submit_in_the_browser(url, user, notebook, profile):
             page.wait_for_selector(".jp-LabShell", timeout=240_000)  # the hub starts the user's server first
             page.click(".lm-MenuBar-itemLabel:text-is('Nbgrader')", timeout=60_000)
             page.click(".lm-Menu-itemLabel:text-is('Assignment List')")
-            released = page.locator(f"#released_assignments_list .list_item:has-text('{LESSON}')")
-            released.locator("button:has-text('Fetch')").click(timeout=60_000)
-            fetched = page.locator(f"#fetched_assignments_list .list_item:has-text('{LESSON}')").first
-            fetched.locator("button:has-text('Submit')").wait_for(timeout=60_000)
-            answer(user, notebook)
-            fetched.locator("button:has-text('Submit')").click()
-            page.locator(f"#submitted_assignments_list .list_item:has-text('{LESSON}')").first.wait_for(
-                timeout=60_000)
-            page.screenshot(path=str(ARTIFACTS / "hub-assignment-list-submitted.png"))
+            yield page
+            page.screenshot(path=str(ARTIFACTS / f"hub-{name}.png"))
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "failed-hub-assignment-list.png"))
+            page.screenshot(path=str(ARTIFACTS / f"failed-hub-{name}.png"))
             raise
         finally:
             context.close()
+
+
+def fetch_and_submit_in_the_browser(url, user, notebook, profile):
+    """What a student does on the hub: Fetch in the Assignment List, answer, Submit."""
+    with assignment_list(url, user, profile, "submitted") as page:
+        released = page.locator(f"#released_assignments_list .list_item:has-text('{LESSON}')")
+        released.locator("button:has-text('Fetch')").click(timeout=60_000)
+        fetched = page.locator(f"#fetched_assignments_list .list_item:has-text('{LESSON}')").first
+        fetched.locator("button:has-text('Submit')").wait_for(timeout=60_000)
+        answer(user, notebook)
+        fetched.locator("button:has-text('Submit')").click()
+        page.locator(f"#submitted_assignments_list .list_item:has-text('{LESSON}')").first.wait_for(timeout=60_000)
+
+
+def fetch_feedback_in_the_browser(url, user, profile):
+    """Fetch Feedback in the Assignment List; returns once the feedback page is in the student's folder."""
+    with assignment_list(url, user, profile, "feedback") as page:
+        submitted = page.locator(f"#submitted_assignments_list .list_item:has-text('{LESSON}')").first
+        submitted.locator("button:has-text('Fetch Feedback')").click(timeout=60_000)
+        deadline = time.monotonic() + 60
+        while not list((Path("/home") / user / LESSON / "feedback").glob(f"*/{LESSON}.html")):
+            assert time.monotonic() < deadline, "Fetch Feedback brought no feedback page"
+            page.wait_for_timeout(500)
 
 
 def answer(user, notebook):
@@ -214,7 +233,9 @@ def round_trip():
         seen["grade_output"] = graded.stdout + graded.stderr
         as_user(instructor, "nbgrader", "release_feedback", LESSON, cwd=course)
         seen["feedback_listing"] = shell_as(alice, f"ls {exchange}/{COURSE_ID}/feedback")
-        for student in (alice, bob, carol):
+        with hub(scratch / "hub-again", [alice], exchange) as url:  # a later day: a new login
+            fetch_feedback_in_the_browser(url, alice, scratch / "browser-again")
+        for student in (bob, carol):
             as_user(student, "nbgrader", "fetch_feedback", LESSON)
         yield dict(seen, course=course, exchange=exchange, instructor=instructor, students=(alice, bob, carol),
                    right=right, wrong=wrong, due=due)
