@@ -41,10 +41,13 @@ def _why_not():
         return "the round makes Linux users (useradd), which needs root"
     if not shutil.which("useradd") or not shutil.which("runuser"):
         return "useradd and runuser (Debian's passwd and util-linux) are needed"
-    if not _runnable_by_everyone(Path(os.path.realpath(sys.executable))):
-        return (f"this venv's python ({os.path.realpath(sys.executable)}) is not runnable by other users (a folder on "
-                "its path is closed, as /root is): make the venv from a python every user can run, as a hub's is "
-                "(scripts/setup.sh with /usr/bin/python3, what CI does)")
+    closed = [path for path in (Path(os.path.realpath(sys.executable)), Path(sys.prefix), REPO)
+              if not _open_to_everyone(path)]
+    if closed:
+        return (f"{closed[0]} is closed to other users (a folder on its path is, as /root is): the students run this "
+                "venv's python, its packages and this checkout's zerolab, as a hub's users do; make the venv from "
+                "a python every user can run (scripts/setup.sh with /usr/bin/python3, what CI does) in a checkout "
+                "they can read")
     if not os.access(CHROMIUM, os.X_OK) or not shutil.which("npm"):
         return "Chromium and npm are needed (bash scripts/setup.sh --grading; npm brings the hub's proxy)"
     try:
@@ -55,8 +58,9 @@ def _why_not():
     return None
 
 
-def _runnable_by_everyone(path):
-    return path.stat().st_mode & 0o001 and all(folder.stat().st_mode & 0o001 for folder in path.parents)
+def _open_to_everyone(path):
+    """Others may enter every folder down to ``path`` and run or read it."""
+    return path.stat().st_mode & 0o005 and all(folder.stat().st_mode & 0o001 for folder in path.parents)
 
 
 class Users:
