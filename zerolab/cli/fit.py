@@ -292,7 +292,7 @@ def assumptions(result):
 
 
 # DeepSpeed's own figures: its blog on the 0.18.3 core API update (blogs/core_api_update in the DeepSpeed repository).
-BF16_MASTER_TRADE_OFF = (
+BF16_MASTER_TRADE_OFF = (  # claim: bf16-master-and-moments-make-k-6 # claim: bf16-master-step-makes-no-fp32-gradient
     "  bf16 master: master weights and Adam moments in bf16 take 6 bytes a parameter instead of 12, and no fp32 "
     "gradient is made in step(); the price is precision: in DeepSpeed's own measurement (0.18.3 release blog) peak "
     "memory fell from 31.38 to 18.93 GB and the final loss rose from 3.09 to 3.12. Rows with offload are fp32 only "
