@@ -121,20 +121,21 @@ def outcomes(junit, checks):
 
 def run_ledger(python, out):
     """The ledger's real runs under `python`, written to `out`: its rows."""
-    say("running the ledger's 7 real runs (a few minutes)")
+    say(f"running the ledger's {len(fit_ledger_runs.SETUPS)} real runs (a few minutes)")
     subprocess.run([str(python), str(ROOT / "scripts" / "fit_ledger_runs.py"), "--out", str(out)], cwd=ROOT,
                    check=True)
     return fit_ledger_runs.read_rows(Path(out))
 
 
 def moved_rows(pinned_rows, new_rows):
-    """[(stage, offload, pinned measured, new measured, pinned fp32 grads, new fp32 grads)] where they differ."""
-    new = {(row[0], row[1]): row for row in new_rows}
+    """[(stage, offload, optimizer state, pinned measured, new measured, pinned fp32 grads, new fp32 grads)] where
+    they differ (None where the new ledger lacks the row)."""
+    new = {row[:3]: row for row in new_rows}
     moved = []
     for row in pinned_rows:
-        other = new.get((row[0], row[1]))
-        if other is None or (other[4], other[5]) != (row[4], row[5]):
-            moved.append((row[0], row[1], row[4], other[4] if other else None, row[5], other[5] if other else None))
+        other = new.get(row[:3])
+        if other is None or other[5:] != row[5:]:
+            moved.append((*row[:3], row[5], other and other[5], row[6], other and other[6]))
     return moved
 
 
@@ -159,8 +160,8 @@ def render(version, pinned, chosen, found, moved, ledger_ran):
         if not moved:
             lines += [f"Every row measures the same bytes under {version} as under {pinned}.", ""]
         else:
-            lines += ["| stage | offload_optimizer | measured bytes, " + pinned + " | " + version +
-                      f" | fp32 grads, {pinned} | {version} |", "|---|---|---|---|---|---|"]
+            lines += [f"| stage | offload_optimizer | optimizer state | measured bytes, {pinned} | {version} "
+                      f"| fp32 grads, {pinned} | {version} |", "|---|---|---|---|---|---|---|"]
             lines += ["| " + " | ".join(str(value) for value in row) + " |" for row in moved]
             lines.append("")
     return "\n".join(lines)
@@ -171,7 +172,8 @@ def main(argv=None):
     parser.add_argument("--deepspeed", metavar="VERSION",
                         help="the release to try (default: the newest on the package index)")
     parser.add_argument("--claims", nargs="+", metavar="ID", help="only these claims (default: every one)")
-    parser.add_argument("--no-ledger", action="store_true", help="skip the ledger's 7 real runs")
+    parser.add_argument("--no-ledger", action="store_true",
+                        help="skip the ledger's real runs (scripts/fit_ledger_runs.py)")
     parser.add_argument("--out", type=Path, default=REPORT, help=f"the report (default: {REPORT.relative_to(ROOT)})")
     parser.add_argument("--keep", action="store_true", help="keep the scratch environment and say where it is")
     args = parser.parse_args(argv)

@@ -1,11 +1,12 @@
 """The error ledger's real runs: per-rank model-state bytes that DeepSpeed 0.19.8 holds, measured on CPU ranks,
 next to zerolab.engine.memory.estimate's prediction; written to docs/fit_ledger_runs.md.
 
-    python scripts/fit_ledger_runs.py        # 7 real runs of the tiny GPT on 2 gloo ranks, a few minutes
+    python scripts/fit_ledger_runs.py        # 13 real runs of the tiny GPT on 2 gloo ranks, a few minutes
     python scripts/fit_ledger_runs.py --out F   # the same, written elsewhere (scripts/deepspeed_upgrade.py)
 
 Each run trains zerolab.run's tiny GPT for 2 steps with `zerolab run`'s measurement (the engine's own tensors
-after the last step, per rank). fp32 gradients are reported apart: DeepSpeed makes them inside step() and frees
+after the last step, per rank), with Adam and fp32 master weights, with bf16 master weights and moments
+(bf16_master_weights_and_grads, bf16_optimizer_states), or with DeepSpeed's Muon (zerolab.engine.muon). fp32 gradients are reported apart: DeepSpeed makes them inside step() and frees
 them after it unless the optimizer is offloaded, so a reading after the step sees them only under offload (the
 budget of `zerolab fit` counts them at the step's peak). tests/test_fit_ledger.py recomputes the predicted column.
 """
@@ -17,51 +18,72 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zerolab.run.report import predict  # noqa: E402
+from zerolab.run.report import predict, predict_muon  # noqa: E402
 
 LEDGER = ROOT / "docs" / "fit_ledger_runs.md"
-SETUPS = ((0, "none"), (1, "none"), (2, "none"), (3, "none"), (1, "cpu"), (2, "cpu"), (3, "cpu"))
+# (stage, offload_optimizer, optimizer state): "fp32 Adam" is the classic one, "bf16 Adam" bf16 master weights and
+# moments, "Muon" DeepSpeed's Muon (Adam for the parameters it does not step)
+SETUPS = ((0, "none", "fp32 Adam"), (1, "none", "fp32 Adam"), (2, "none", "fp32 Adam"), (3, "none", "fp32 Adam"),
+          (1, "cpu", "fp32 Adam"), (2, "cpu", "fp32 Adam"), (3, "cpu", "fp32 Adam"),
+          (1, "none", "bf16 Adam"), (2, "none", "bf16 Adam"), (3, "none", "bf16 Adam"),
+          (1, "none", "Muon"), (2, "none", "Muon"), (3, "none", "Muon"))
+KNOBS = {"fp32 Adam": {}, "bf16 Adam": {"master": "bf16", "moments": "bf16"}, "Muon": {"optimizer": "muon"}}
 RANKS, STEPS, PRECISION = 2, 2, "bf16"
 STATES = ("param_bytes", "grad_bytes", "master_weight_bytes", "optimizer_state_bytes")
-COLUMNS = ("stage", "offload_optimizer", "params", "largest layer", "measured bytes", "predicted bytes", "error",
-           "fp32 grads measured", "fp32 grads predicted")
+COLUMNS = ("stage", "offload_optimizer", "optimizer state", "params", "largest layer", "measured bytes",
+           "predicted bytes", "error", "fp32 grads measured", "fp32 grads predicted")
 
 
 def measure():
-    """[(stage, offload, params, largest layer, measured states, fp32 grads measured)] from real runs (rank 0)."""
+    """[(stage, offload, state, params, largest layer, measured states, fp32 grads measured)] from real runs
+    (rank 0)."""
     from zerolab.run import run
 
     rows = []
-    for stage, offload in SETUPS:
+    for stage, offload, state in SETUPS:
         result = run(stage=stage, offload_optimizer=offload, ranks=RANKS, steps=STEPS, precision=PRECISION,
-                     progress=False)
+                     progress=False, **KNOBS[state])
         rank = result.ranks[0]
-        rows.append((stage, offload, result.setup["params"], result.setup["largest_layer_params"],
+        rows.append((stage, offload, state, result.setup["params"], result.setup["largest_layer_params"],
                      sum(rank[key] for key in STATES), rank["fp32_grad_bytes"]))
-        print(f"stage {stage} offload {offload}: {rows[-1][4]:,} bytes", file=sys.stderr, flush=True)
+        print(f"stage {stage} offload {offload} {state}: {rows[-1][5]:,} bytes", file=sys.stderr, flush=True)
     return rows
 
 
-def predicted(stage, offload, params, largest):
-    parts = predict(params, stage, RANKS, offload, "none", PRECISION, largest)
+def predicted(stage, offload, state, params, largest):
+    """Rank 0's (model-state bytes, fp32 gradient bytes), as `zerolab run` predicts them."""
+    knobs = KNOBS[state]
+    parts = predict(params, stage, RANKS, offload, "none", PRECISION, largest, knobs.get("master", "fp32"),
+                    knobs.get("moments", "fp32"))
+    if knobs.get("optimizer") == "muon":
+        import torch
+
+        from zerolab.run.model import ModelSpec, TinyGPT, muon_layout
+
+        with torch.device("meta"):
+            layout = muon_layout(TinyGPT(ModelSpec()))
+        parts = predict_muon(parts, layout, stage, RANKS, PRECISION)[0]
     return sum(parts[key] for key in STATES), parts["fp32_grad_bytes"]
 
 
 def render(rows):
     body = []
-    for stage, offload, params, largest, measured, fp32_measured in rows:
-        states, fp32 = predicted(stage, offload, params, largest)
+    for stage, offload, state, params, largest, measured, fp32_measured in rows:
+        states, fp32 = predicted(stage, offload, state, params, largest)
         error = f"{(measured / states - 1) * 100:+.2f}%"
-        body.append([str(stage), offload, str(params), str(largest), str(measured), str(states), error,
+        body.append([str(stage), offload, state, str(params), str(largest), str(measured), str(states), error,
                      str(fp32_measured), str(fp32)])
     return "\n".join([
         "# Model states: real DeepSpeed runs against the prediction",
         "",
         f"Regenerated by `python scripts/fit_ledger_runs.py`: DeepSpeed 0.19.8 on {RANKS} CPU ranks (gloo), "
         f"{PRECISION}, the tiny GPT of `zerolab.run`, {STEPS} steps. Measured: the bytes of the parameters, "
-        "gradients, fp32 master weights and Adam states that rank 0's engine holds after the last step "
-        "(`zerolab run`'s reading). Predicted: `zerolab.engine.memory.estimate` (the paper's accounting per component). "
-        "fp32 gradients apart: DeepSpeed frees them after step() unless the optimizer is offloaded.",
+        "gradients, master weights and optimizer states that rank 0's engine holds after the last step "
+        "(`zerolab run`'s reading). Predicted: `zerolab.engine.memory.estimate` (the paper's accounting per component; "
+        "with Muon, `zerolab.engine.muon.rank_bytes` from the model's shapes). Optimizer state: Adam with fp32 "
+        "master weights and moments, Adam with bf16 ones (bf16_master_weights_and_grads, bf16_optimizer_states), or "
+        "DeepSpeed's Muon. fp32 gradients apart: DeepSpeed frees them after step() unless the optimizer is "
+        "offloaded.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -80,7 +102,8 @@ def read_rows(path=LEDGER):
     for line in path.read_text(encoding="utf-8").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == len(COLUMNS) and cells[0].isdigit():
-            rows.append((int(cells[0]), cells[1], int(cells[2]), int(cells[3]), int(cells[4]), int(cells[7])))
+            rows.append((int(cells[0]), cells[1], cells[2], int(cells[3]), int(cells[4]), int(cells[5]),
+                         int(cells[8])))
     return rows
 
 

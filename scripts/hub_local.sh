@@ -38,8 +38,19 @@ install_if_missing() {
         say "the hub's proxy comes from npm (configurable-http-proxy), and npm is not installed"
         exit 2
     fi
-    say "installing configurable-http-proxy into $VENV/hub-proxy (npm)"
-    npm install --silent --no-audit --no-fund --prefix "$VENV/hub-proxy" configurable-http-proxy@4 >/dev/null
+    say "installing configurable-http-proxy into $VENV/hub-proxy (npm, a few seconds)"
+    # Node trusts only its own CA list; pip and apt use the system's bundle, which holds the CAs this network's TLS
+    # needs (a clean environment without NODE_EXTRA_CA_CERTS saw SELF_SIGNED_CERT_IN_CHAIN and retried for minutes)
+    if [ -z "${NODE_EXTRA_CA_CERTS:-}" ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+        export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+    fi
+    mkdir -p "$STATE"
+    if ! timeout 300 npm install --no-audit --no-fund --no-update-notifier --fetch-retries=1 \
+            --prefix "$VENV/hub-proxy" configurable-http-proxy@4 > "$STATE/npm.log" 2>&1 < /dev/null; then
+        say "npm could not install configurable-http-proxy; its log ($STATE/npm.log) ends:"
+        tail -5 "$STATE/npm.log" >&2
+        exit 1
+    fi
 }
 
 start() {

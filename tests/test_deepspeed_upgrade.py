@@ -48,11 +48,11 @@ def test_moved_ledger_rows_are_those_whose_measured_bytes_differ():
     rows = fit_ledger_runs.read_rows()
     assert len(rows) == len(fit_ledger_runs.SETUPS)
     assert deepspeed_upgrade.moved_rows(rows, rows) == []
-    stage, offload, params, largest, measured, fp32 = rows[1]
-    other = [*rows[:1], (stage, offload, params, largest, measured + 2048, fp32), *rows[2:-1]]
+    stage, offload, state, params, largest, measured, fp32 = rows[1]
+    other = [*rows[:1], (stage, offload, state, params, largest, measured + 2048, fp32), *rows[2:-1]]
     assert deepspeed_upgrade.moved_rows(rows, other) == [
-        (stage, offload, measured, measured + 2048, fp32, fp32),
-        (rows[-1][0], rows[-1][1], rows[-1][4], None, rows[-1][5], None)]
+        (stage, offload, state, measured, measured + 2048, fp32, fp32),
+        (*rows[-1][:3], rows[-1][5], None, rows[-1][6], None)]
 
 
 def test_asking_for_the_pinned_release_says_so_and_installs_nothing():

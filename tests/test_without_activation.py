@@ -22,7 +22,8 @@ BIN = Path(sys.executable).parent
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 LESSON = "03_overlap_comm"  # the fastest lesson to execute
 # Programs zerolab may start by name: system tools, never a Python package's script.
-SYSTEM_TOOLS = {"sh", "bash", "ps", "bwrap", "sleep", "apt-get", "git", "sbatch", "scancel", "squeue"}
+SYSTEM_TOOLS = {"sh", "bash", "ps", "bwrap", "sleep", "apt-get", "git", "sbatch", "scancel", "squeue",
+                "useradd", "userdel", "runuser", "chown", "pkill"}
 
 
 def bare_environment(**extra):

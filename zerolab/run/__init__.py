@@ -27,10 +27,9 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     a rank fails, RunTimeout past ``timeout`` seconds; every rank is stopped in all cases.
     """
     from zerolab.run.launch import launch
-    from zerolab.run.model import TinyGPT, count_params, largest_layer_params
+    from zerolab.run.model import TinyGPT, count_params, largest_layer_params, muon_layout
     from zerolab.run.progress import Progress
     from zerolab.engine.deepspeed_traffic import step_traffic
-    from zerolab.engine.muon import steps_with_muon
     from zerolab.run.report import RunResult, predict, predict_muon
 
     if device not in ("cpu", "cuda"):
@@ -59,8 +58,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
         shape = TinyGPT(model)
     params, largest = count_params(shape), largest_layer_params(shape)
     sizes = [p.numel() for p in shape.parameters()]
-    muon_layout = ([(tuple(p.shape), steps_with_muon(name, p.shape)) for name, p in shape.named_parameters()]
-                   if rule == "muon" else None)
+    layout = muon_layout(shape) if rule == "muon" else None
     job = {"config": config, "model": model.as_dict(), "steps": steps, "device": device, "fail_rank": fail_rank}
     shown = Progress() if progress is True else progress
     ranks_measured = launch(job, ranks, timeout=timeout, on_event=shown and shown.on_event,
@@ -76,9 +74,9 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     predicted = predict(params, stage, ranks, offload_optimizer, offload_param, precision, largest, master, moments)
     return RunResult(config=config, setup=setup, ranks=ranks_measured, predicted=predicted,
                      loss=[sum(step) / len(step) for step in zip(*losses)],
-                     predicted_ranks=muon_layout and predict_muon(predicted, muon_layout, stage, ranks, precision),
+                     predicted_ranks=layout and predict_muon(predicted, layout, stage, ranks, precision),
                      # Muon's traffic (all-reduces of the matrices that straddle partitions) is not modelled yet
-                     predicted_traffic=None if muon_layout else [
+                     predicted_traffic=None if layout else [
                          step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision, offload_optimizer,
                                       offload_param, device) for rank in range(ranks)])
 

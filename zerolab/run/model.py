@@ -66,6 +66,14 @@ def largest_layer_params(module):
     return max(sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules())
 
 
+def muon_layout(module):
+    """[(shape, whether DeepSpeed's Muon steps it)] for each parameter, in the module's order
+    (zerolab.engine.muon.steps_with_muon: the rule deepspeed.initialize tags by); works on the meta device too."""
+    from zerolab.engine.muon import steps_with_muon
+
+    return [(tuple(p.shape), steps_with_muon(name, p.shape)) for name, p in module.named_parameters()]
+
+
 def synthetic_batch(spec, batch_size, step, rank):
     """Token sequences that count upwards from a random start: easy to learn, so the loss falls in a few steps.
 
