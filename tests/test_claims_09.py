@@ -333,7 +333,7 @@ def test_load_universal_reads_the_tag_from_latest_universal(saved):
 
 def test_ds_to_universal_converts_in_process_with_one_worker_each(saved, monkeypatch):
     """Claim ds-to-universal-in-process-with-one-worker: ds_to_universal.main takes its command-line arguments as an
-    argparse.Namespace; with one extract and one merge worker it converts in the calling process (more workers start
+    argparse.Namespace of seven fields (those its parser makes); with one extract and one merge worker it converts in the calling process (more workers start
     a ProcessPoolExecutor); it copies the model-states file into the output tag folder, writes latest_universal and
     no `latest` beside it, puts the optimizer's common state (param groups, loss scaler, clipping) in
     zero/optimizer_state.pt and Adam's step in each parameter's folder (step.pt), and deletes its tmp scratch

@@ -77,24 +77,29 @@ def test_bad_inputs_are_user_errors():
         config_effect({"train_batch_size": 8, "zero_optimization": {"stage": 9}}, "7B", 8)
 
 
-@pytest.mark.parametrize("stage, bf16_block", [
-    (2, {"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}),
-    (3, {"bf16_master_weights_and_grads": True}),
-    (1, {}),
+@pytest.mark.parametrize("stage, bf16_block, name", [
+    (2, {"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}, "bf16"),
+    (2, {"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}, "bfloat16"),
+    (3, {"bf16_master_weights_and_grads": True}, "bf16"),
+    (1, {}, "bf16"),
 ])
-def test_bf16_master_weights_and_moments_are_read_as_deepspeeds_config_class_reads_them(stage, bf16_block):
+def test_bf16_master_weights_and_moments_are_read_as_deepspeeds_config_class_reads_them(stage, bf16_block, name):
     """The settings take the master weights' and moments' dtype from the keys DeepSpeed's own bf16 config parses,
     and the paper accounting then counts them (zerolab.engine.memory, checked on CPU ranks by
     tests/test_run_bf16_master.py); DeepSpeed's estimator counts fp32 only, so the deepspeed accounting refuses,
     naming the key and the way out."""
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    config = {"train_batch_size": 8, "zero_optimization": {"stage": stage}, "bf16": {"enabled": True, **bf16_block}}
+    from zerolab.run import low_precision_state
+
+    config = {"train_batch_size": 8, "zero_optimization": {"stage": stage}, name: {"enabled": True, **bf16_block}}
     parsed = DeepSpeedConfig(dict(config)).bfloat16_config
     s = read_settings(config)
     expected_master = "bf16" if parsed.bf16_master_weights_and_grads else "fp32"
     expected_moments = "bf16" if parsed.bf16_optimizer_states else "fp32"
     assert (s.master, s.moments) == (expected_master, expected_moments)
+    if name == "bf16":  # zerolab run reads the same keys the same way (its configs name the block bf16)
+        assert low_precision_state(config) == (expected_master, expected_moments)
     effect = config_effect(config, "7B", gpus_per_node=8, accounting="paper")
     assert effect.memory == memory.estimate(7 * 10**9, stage, 8, precision="bf16", master=expected_master,
                                             moments=expected_moments)

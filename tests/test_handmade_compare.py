@@ -69,6 +69,22 @@ def test_each_design_makes_the_collectives_it_should(measured):
             assert psi <= ops[system]["all-gather"] < psi + 2 * RANKS, system
 
 
+def test_the_table_shows_the_padding_a_rounded_psi_would_hide(measured):
+    psi = sum(p.numel() for p in deep.build().parameters())
+    padding = sum(deep.padded_numel(p.numel(), RANKS) for p in deep.build().parameters()) - psi
+    assert padding > 0, "the lesson's model must need padding for this table to show it"
+    line = next(line for line in compare.table_text(measured).splitlines() if line.startswith("ZeRO-3 (hand)"))
+    assert f"all-gather 2Ψ+{2 * padding}, reduce-scatter Ψ+{padding}" in line
+
+
+def test_in_psi_names_the_elements_beyond_a_whole_multiple():
+    assert compare.in_psi(1000, 1000) == "Ψ"
+    assert compare.in_psi(1004, 1000) == "Ψ+4"
+    assert compare.in_psi(1998, 1000) == "2Ψ-2"
+    assert compare.in_psi(2, 1000) == "2 elements" and compare.in_psi(1, 1000) == "1 element"
+    assert compare.in_psi(2040, 1000) == "2.04Ψ"
+
+
 def test_zero3_holds_a_shard_of_everything(measured):
     for rank in range(RANKS):
         for system in ("ZeRO-3 (hand)", "DeepSpeed stage 3", "FSDP2"):

@@ -51,3 +51,11 @@ def test_the_rules_deepspeeds_config_class_enforces():
                            ({"master": "bf16", "accounting": "deepspeed"}, "paper accounting only")):
         with pytest.raises(ValueError, match=words):
             memory.estimate(1000, 2, 2, **{"precision": "bf16", **options})
+
+
+def test_the_table_names_the_dtype_each_run_keeps(runs):
+    """A run's table must not call bf16 master weights or bf16 moments "fp32" (the names follow the run's config)."""
+    rows = {line.split("  ")[0] for line in runs[(2, "cpu", "fp32")].table().splitlines()}
+    assert {"bf16 master weights", "bf16 gradients for the optimizer", "Adam states (m, v)"} <= rows
+    rows = {line.split("  ")[0] for line in runs[(2, "none", "bf16")].table().splitlines()}
+    assert {"bf16 master weights", "Adam states (m, v), bf16"} <= rows and "fp32 master weights" not in rows

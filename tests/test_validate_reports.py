@@ -23,7 +23,7 @@ SAMPLE = {"01_where_memory_goes": ["ex2_per_gpu_bytes"], "02_offload": ["ex3_pci
           "03_overlap_comm": ["ex2_wire_bytes"], "04_writing_the_config": ["ex1_build_config"],
           "05_config_doctor": ["ex2_fix_config"], "06_predict_then_measure": ["ex1_optimizer_bytes"],
           "07_interview_drill": ["ex5_zero2_13b", "ex16_fsdp"], "08_zero_from_scratch": ["ex4_stage1_config"],
-          "09_checkpoints": ["ex4_zero3_save_config"]}
+          "09_checkpoints": ["ex4_zero3_save_config"], "10_zero_in_2026": ["ex1_state_bytes"]}
 REPORTS = ROOT / "autograder" / "validation"
 
 

@@ -1628,6 +1628,142 @@ passed("Q22")
 # </details>
 
 # %% [markdown]
+# ## Q23: bf16 master weights and moments (1 point)
+#
+# A config turns on bf16 training with `bf16_master_weights_and_grads` and `bf16_optimizer_states`, ZeRO-2 on 8
+# GPUs. Compared with DeepSpeed's default (fp32 master weights and moments), what changes on each GPU?
+#
+# - A: nothing: the two keys only change how checkpoints are written
+# - B: the 16-bit parameters shrink to 1 byte each
+# - C: the 12 bytes of optimizer state per parameter (master copy, momentum, variance) become 6, split over the 8
+#   GPUs as before
+# - D: the 12 bytes become 6, but ZeRO no longer splits them, so each GPU holds all of them
+#
+# Set `Q23` to a letter.
+
+# %% [markdown] lang="zh" en="7f55a50feadb"
+# ## Q23：bf16 的主权重和动量（1 分）
+#
+# 一个配置打开了 bf16 训练，并设置了 `bf16_master_weights_and_grads` 和 `bf16_optimizer_states`，在 8 张 GPU 上用 ZeRO-2。与 DeepSpeed 的默认设置（fp32 主权重和动量）相比，每张 GPU 上有什么变化？
+#
+# - A：没有变化：这两个键只改变检查点的写法
+# - B：16 位参数缩小到每个 1 字节
+# - C：每个参数 12 字节的优化器状态（主权重副本、动量、方差）变成 6 字节，和原来一样切分到 8 张 GPU 上
+# - D：12 字节变成 6 字节，但 ZeRO 不再切分它们，所以每张 GPU 都持有全部
+#
+# 把 `Q23` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex23_bf16_master", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q23 = "C"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex23_bf16_master", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson.checks import choice
+
+_letter = choice(Q23, "ABCD", "Q23")
+assert _letter != drill.letter("Q23", "checkpoint_only"), \
+    "Q23 is not right: the keys change the dtype DeepSpeed keeps the optimizer's tensors in while it trains"
+assert drill.is_right("Q23", _letter), \
+    "Q23 is not right: which tensors does each key make bf16, and does ZeRO-2 still split them?"
+### BEGIN HIDDEN TESTS
+from zerolab.lesson.checks_source import off_limits as _off_limits
+
+_off_limits("Q23", ["zerolab.lesson.drill"], exercise="Q23",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
+
+assert choice(plain(Q23, "Q23"), "ABCD", "Q23") == drill.key("Q23"), "Q23 is not right"
+### END HIDDEN TESTS
+passed("Q23")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** C. `bf16_master_weights_and_grads` keeps the master copy (and the gradients the optimizer reads) in
+# bf16, `bf16_optimizer_states` keeps Adam's two moments in bf16: 2 + 2 + 2 bytes where the default keeps 4 + 4 + 4,
+# and ZeRO partitions them exactly as before. The parameters stay 2 bytes. The price is the precision of small
+# updates (lesson 10 measures both). <!-- claim: bf16-master-and-moments-make-k-6 -->
+#
+# </details>
+
+# %% [markdown] lang="zh" en="c5f3c6dbabd2"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** C。`bf16_master_weights_and_grads` 把主权重副本（以及优化器读取的梯度）保存为 bf16，`bf16_optimizer_states` 把 Adam 的两个动量保存为 bf16：默认是 4 + 4 + 4 字节，现在是 2 + 2 + 2 字节，ZeRO 切分它们的方式与原来完全相同。参数仍是 2 字节。代价是小更新的精度（第 10 课会实测这两点）。 <!-- claim: bf16-master-and-moments-make-k-6 -->
+#
+# </details>
+
+# %% [markdown]
+# ## Q24: Muon's state (1 point)
+#
+# With DeepSpeed's Muon (optimizer type `"Muon"`), bf16 training and ZeRO-2, what optimizer state does a hidden
+# matrix's parameter cost, master weights apart?
+#
+# - A: one momentum buffer in bf16: 2 bytes
+# - B: Adam's two fp32 moments, 8 bytes, as for every other parameter
+# - C: nothing: Newton-Schulz needs no state
+# - D: an fp32 momentum and an fp32 variance, 8 bytes, plus a copy of the orthogonalized update
+#
+# Set `Q24` to a letter.
+
+# %% [markdown] lang="zh" en="26edd3a1ee5c"
+# ## Q24：Muon 的状态（1 分）
+#
+# 使用 DeepSpeed 的 Muon（优化器类型 `"Muon"`）、bf16 训练和 ZeRO-2 时，隐藏层矩阵的一个参数要占多少优化器状态（不算主权重）？
+#
+# - A：一个 bf16 动量缓冲区：2 字节
+# - B：Adam 的两个 fp32 动量，8 字节，和其他参数一样
+# - C：什么都没有：Newton-Schulz 不需要状态
+# - D：一个 fp32 动量和一个 fp32 方差，8 字节，外加一份正交化之后的更新
+#
+# 把 `Q24` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex24_muon_state", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+Q24 = "A"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex24_muon_state", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson.checks import choice
+
+_letter = choice(Q24, "ABCD", "Q24")
+assert _letter != drill.letter("Q24", "nothing"), \
+    "Q24 is not right: Muon orthogonalizes a momentum of the gradients, which it keeps between steps"
+assert drill.is_right("Q24", _letter), "Q24 is not right: how many buffers does Muon keep, and in which dtype?"
+### BEGIN HIDDEN TESTS
+from zerolab.lesson.checks_source import off_limits as _off_limits
+
+_off_limits("Q24", ["zerolab.lesson.drill"], exercise="Q24",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.lesson import drill
+from zerolab.lesson.checks import choice, plain
+
+assert choice(plain(Q24, "Q24"), "ABCD", "Q24") == drill.key("Q24"), "Q24 is not right"
+### END HIDDEN TESTS
+passed("Q24")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **Answer.** A. Muon keeps one momentum buffer per matrix, in the gradients' dtype (bf16 here), and turns it into
+# an orthogonal update each step without storing the result. The parameters Muon does not step (embeddings, the
+# head, norms, biases) go to an Adam beside it, with two fp32 moments; both halves keep fp32 master weights. At
+# stages 1-2 a matrix that straddles two ranks' partitions keeps its whole momentum on both (lesson 10 measures it).
+# <!-- claim: muon-momentum-in-the-gradient-dtype --> <!-- claim: muon-steps-2d-parameters-but-embeddings-and-head --> <!-- claim: muon-straddling-matrix-momentum-on-both-ranks -->
+#
+# </details>
+
+# %% [markdown] lang="zh" en="ac060acc978d"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **答案。** A。Muon 为每个矩阵保存一个动量缓冲区，数据类型与梯度相同（这里是 bf16），每一步把它变成一个正交的更新，但不保存这个结果。Muon 不更新的参数（词嵌入、输出头、归一化层、偏置）交给与它并行的一个 Adam，带有两个 fp32 动量；两半都保存 fp32 主权重。在 stage 1-2，跨在两个 rank 分区之间的矩阵会在两个 rank 上都保存完整的动量（第 10 课会实测）。
+# <!-- claim: muon-momentum-in-the-gradient-dtype --> <!-- claim: muon-steps-2d-parameters-but-embeddings-and-head --> <!-- claim: muon-straddling-matrix-momentum-on-both-ranks -->
+#
+# </details>
+
+# %% [markdown]
 # ## Summary
 #
 # - 16 bytes per parameter: 2 fp16 parameters + 2 fp16 gradients + K = 12 (fp32 master weights, momentum, variance).

@@ -456,7 +456,8 @@ else:
         print(tr(f"rank {rank}: peak {result['memory_peak']} bytes of gradients during backward "
                  f"({result['memory_where']}); allowed {allowed}; all the gradients take {all_gradients} bytes"))
         print(tr(f"rank {rank}: sent {traffic.volume(rows) / sum(numels):.2f} Ψ during backward ({calls}), "
-                 f"{sum(row['wire_bytes'] for row in rows)} bytes on the wire with ring collectives"))
+                 f"{sum(row['wire_bytes'] for row in rows)} bytes sent by lesson 03's count (volume x (N-1)/N x "
+                 f"element size: what a ring sends, and what direct sends to each bucket's owner add up to)"))
 
 # %% [markdown]
 # The peak is the rank's share, one bucket and one gradient, not the whole model: that is what ZeRO-2 saves, and
@@ -619,16 +620,19 @@ for label, stage, bucket_allreduce in (("DDP (all-reduce)", 0, False),
 # `partition_size = tensor_size // self._partition_world_size(param)`):
 # unlike ZeRO-1/2, there is no flat buffer of the whole group. A layer's parameters are all-gathered just before
 # its forward, freed after it, all-gathered **again** just before its backward, and freed once their gradients
-# are reduce-scattered to their owners. The activations autograd saved in forward are kept: nothing is
+# are reduce-scattered to their owners. That is the design, and what DeepSpeed does when told to spare memory;
+# its defaults keep a parameter gathered when it will be used again soon (`stage3_max_reuse_distance`, section 7),
+# so on a model as small as this lesson's it frees nothing between forward and backward after the first step.
+# <!-- claim: zero3-reuse-distance-keeps-parameters-gathered --> The activations autograd saved in forward are kept: nothing is
 # recomputed (that is activation checkpointing, a separate choice). DeepSpeed does all of this from module
 # hooks (`deepspeed/runtime/zero/parameter_offload.py`: `_pre_forward_module_hook`, `_post_forward_module_hook`,
 # and `_pre_backward_module_hook`, which attaches `PreBackwardFunctionForModule` to each module's outputs), and
 # it prefetches the next modules' parameters while one computes. <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-recomputes-nothing --> <!-- claim: zero3-prefetches-along-the-recorded-trace -->
 
-# %% [markdown] lang="zh" en="500dc7c9aed2"
+# %% [markdown] lang="zh" en="f5b5ddec1211"
 # ## 5. ZeRO-3：把参数也切分
 #
-# ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py`：`_padding_size`，以及 `partition_size = tensor_size // self._partition_world_size(param)`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及把 `PreBackwardFunctionForModule` 挂到每个模块输出上的 `_pre_backward_module_hook`），并在一层计算时预取下一批模块的参数。 <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-recomputes-nothing --> <!-- claim: zero3-prefetches-along-the-recorded-trace -->
+# ZeRO-3 在两步之间只保留**每个参数**中属于本 rank 的分片。DeepSpeed 0.19.8 把每个参数单独填充到总进程数 N 的倍数，再把 N 个等长片段中的第 r 个交给 rank r（`deepspeed/runtime/zero/partition_parameters.py`：`_padding_size`，以及 `partition_size = tensor_size // self._partition_world_size(param)`）：与 ZeRO-1/2 不同，这里没有把整个参数组展平成一个缓冲区。一层的参数在它的前向之前被 all-gather，前向之后释放；在它的反向之前**再次** all-gather，梯度 reduce-scatter 给各自的所有者之后再释放。这是设计本身，也是要求 DeepSpeed 节省显存时它的做法；它的默认设置会让很快还要再用的参数保持 gather 状态（`stage3_max_reuse_distance`，见第 7 节），所以在本课这样小的模型上，从第二步起它在前向和反向之间什么也不释放。 <!-- claim: zero3-reuse-distance-keeps-parameters-gathered --> 前向时 autograd 保存的激活值会保留下来：不做任何重算（那是激活检查点，另一种独立的选择）。DeepSpeed 通过模块钩子完成这一切（`deepspeed/runtime/zero/parameter_offload.py`：`_pre_forward_module_hook`、`_post_forward_module_hook`，以及把 `PreBackwardFunctionForModule` 挂到每个模块输出上的 `_pre_backward_module_hook`），并在一层计算时预取下一批模块的参数。 <!-- claim: zero3-pads-each-parameter --> <!-- claim: zero3-module-hooks-fetch-and-release --> <!-- claim: zero3-recomputes-nothing --> <!-- claim: zero3-prefetches-along-the-recorded-trace -->
 
 # %% [markdown]
 # ### Exercise 5: `Zero3(model)`
@@ -1043,7 +1047,7 @@ else:
 #   (`partitioned_param_coordinator.py`, `__params_to_release`), and gathers ahead as long as fewer than
 #   `stage3_max_live_parameters` elements are gathered. On a model this small that means every parameter stays
 #   gathered from forward to backward once the first step has recorded the order of the modules: one all-gather
-#   of Ψ per step from the second step on (the first gathers twice), and the whole model at the peak. With both
+#   of Ψ and each parameter's padding per step from the second step on (the first gathers twice), and the whole model at the peak. With both
 #   set to 0 it gathers twice, as yours does, and its peak matches yours as the table counts it: the module's
 #   parameters as they are at each moment, so a layer your code fetched ahead into a buffer of its own is not in
 #   it.
@@ -1052,7 +1056,7 @@ else:
 #   backward by default (`set_modules_to_backward_prefetch` changes it) and in forward when told
 #   (`set_modules_to_forward_prefetch`). <!-- claim: zero-stages-train-like-adamw --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-twice-and-reduce-scatters-once --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-frees-gradients-outside-the-partition --> <!-- claim: fp32-master-copy-in-fp32-training --> <!-- claim: zero3-fp32-master-copy-in-fp32-training --> <!-- claim: zero3-reuse-distance-keeps-parameters-gathered --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: fsdp2-backward-prefetch-by-default -->
 
-# %% [markdown] lang="zh" en="f60a392a3952"
+# %% [markdown] lang="zh" en="bc982d99b093"
 # 对照 DeepSpeed 0.19.8 的代码来读这张表：
 #
 # - **数值相同。** 每一行都得到相同的损失：它们都是在完整 batch 上做 AdamW，只是做了切分。
@@ -1060,7 +1064,7 @@ else:
 # - **反向传播期间的梯度。** 你的 ZeRO-1 在 `step()` 之前一直保留全部完整梯度。DeepSpeed 的 stage 1 和 stage 2 在反向结束时都只持有自己那部分梯度（"gradients" 一列），但 stage 1 在反向期间的峰值更高：stage 2（`partition_gradients`）在每个桶规约之后就释放不属于自己的梯度。你的 ZeRO-2 的峰值是它的分片加上它的桶。
 # - **对齐。** 在 stage 1 和 stage 2，DeepSpeed 的梯度桶里恰好是 Ψ 个元素。它的展平参数缓冲区填充到 2N 的倍数（`nccl_start_alignment_factor = 2`），这些填充随更新后参数的 all-gather 一起传输。all-reduce 一列还算进了几次不带梯度的单元素 all-reduce（一个范数、一个标志），所以读数比 Ψ 略多。<!-- claim: zero12-padding-travels-in-the-all-gather -->ZeRO-3（你的和 DeepSpeed 的）把每个参数填充到 N 的倍数；FSDP2 把每个参数的第 0 维填充到 N 行的倍数（`torch.chunk`），行越宽，填充越多。<!-- claim: zero3-pads-each-parameter --> <!-- claim: fsdp2-shards-dim-0-by-chunk -->
 # - **fp32 主权重。** 即使用 fp32 训练，DeepSpeed 在每个 stage 都会在参数之外再保留一份 fp32 主权重分片（"fp32 master" 一列）；你的实现和 FSDP2 直接更新参数自己的分片。
-# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着一旦第一步记录下模块的顺序，每个参数从前向到反向就一直保持 gather 状态：从第二步起每步只 all-gather 一次 Ψ（第一步 gather 两次），峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，按这张表的统计方式峰值也与你的一致：表里统计的是每一时刻模块参数的实际状态，所以你的代码提前取到自己缓冲区里的那一层并不在其中。
+# - **Stage 3 与复用。** 在默认设置下，DeepSpeed 的 stage 3 不会释放在 `stage3_max_reuse_distance` 个元素之内还会再用到的参数，也不会释放预取器已经为后面的使用取来的参数（`partitioned_param_coordinator.py` 中的 `__params_to_release`），并且只要已 gather 的元素少于 `stage3_max_live_parameters` 就继续提前 gather。对这么小的模型来说，这意味着一旦第一步记录下模块的顺序，每个参数从前向到反向就一直保持 gather 状态：从第二步起每步只 all-gather 一次 Ψ 加上每个参数的填充（第一步 gather 两次），峰值时整个模型都在内存里。把这两项都设为 0，它就像你的实现一样 gather 两次，按这张表的统计方式峰值也与你的一致：表里统计的是每一时刻模块参数的实际状态，所以你的代码提前取到自己缓冲区里的那一层并不在其中。
 # - **预取。** DeepSpeed 沿着第一步记录下来的模块顺序预取，最多 `stage3_prefetch_bucket_size` 个元素；你的实现预取一层；FSDP2 在反向中默认预取下一层（可用 `set_modules_to_backward_prefetch` 修改），在前向中只有被告知时才预取（`set_modules_to_forward_prefetch`）。 <!-- claim: zero-stages-train-like-adamw --> <!-- claim: zero12-reduce-buckets-by-all-reduce --> <!-- claim: zero3-gathers-twice-and-reduce-scatters-once --> <!-- claim: stage1-full-gradients-until-the-boundary --> <!-- claim: zero2-frees-gradients-outside-the-partition --> <!-- claim: fp32-master-copy-in-fp32-training --> <!-- claim: zero3-fp32-master-copy-in-fp32-training --> <!-- claim: zero3-reuse-distance-keeps-parameters-gathered --> <!-- claim: zero3-prefetches-along-the-recorded-trace --> <!-- claim: fsdp2-backward-prefetch-by-default -->
 # %% [markdown]
 # ## Summary

@@ -525,19 +525,20 @@ if 2 in SAVED:
 # Write `prepare_resume(checkpoint_dir, universal_dir, config)`: convert the checkpoint that `latest` names in
 # `checkpoint_dir` into a universal checkpoint in `universal_dir` (DeepSpeed's
 # `deepspeed.checkpoint.ds_to_universal`: call its `main` with its command-line arguments as an
-# `argparse.Namespace`, one tag folder in, the same tag name out, one extract and one merge worker: the grader's
+# `argparse.Namespace` of the seven fields it reads, `input_folder`, `output_folder`, `num_extract_workers`,
+# `num_merge_workers`, `keep_temp_folder`, `strict` and `inject_missing_state`, one tag folder in, the same tag name out, one extract and one merge worker: the grader's
 # sandbox allows no process pool), and return the ds_config to resume with: a copy of `config` that
 # loads universal checkpoints. The test saves a 2-rank ZeRO-2 job under a tag of its own, calls your function,
 # resumes on **3 ranks**
 # from `universal_dir` for one more step, and checks that every rank starts from the saved parameters and that the
 # step counters continue (20 s to 2 minutes, depending on the machine's load). <!-- claim: ds-to-universal-in-process-with-one-worker -->
 
-# %% [markdown] lang="zh" en="4175234fbdf4"
+# %% [markdown] lang="zh" en="0578e20db83e"
 # 出路是 **universal checkpoint**：DeepSpeed 的 `ds_to_universal` 把 tag 文件夹改写成每个参数一个文件夹（`zero/<name>/fp32.pt`、`exp_avg.pt`、`exp_avg_sq.pt`），不再留有原先切分的痕迹，并在旁边写出 `latest_universal`。只要配置里有 `"checkpoint": {"load_universal": true}`，任意 rank 数的作业都能加载它。<!-- claim: universal-checkpoint-per-parameter --> <!-- claim: universal-info-needed-at-stages-1-2 -->（在 stage 1 和 2，保存时必须带上 `client_state={"universal_checkpoint_info": {"universal_checkpoint_version": 0.4}}`，本课的运行都传了它：DeepSpeed 0.19.8 只为 AutoTP 和 AutoEP 模型自动写入它，0.4 就是它的 `UNIVERSAL_CHECKPOINT_VERSION_VALUE`。对没有它的保存，`ds_to_universal --inject_missing_state` 会把它补上。stage 3 的保存不需要它也能转换。）
 #
 # ### 练习 5：在 3 个 rank 上恢复（4 分）
 #
-# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会用它自己的 tag 保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（20 秒到 2 分钟，视机器负载而定）。 <!-- claim: ds-to-universal-in-process-with-one-worker -->
+# 编写 `prepare_resume(checkpoint_dir, universal_dir, config)`：把 `checkpoint_dir` 中 `latest` 指向的 checkpoint 转换成 `universal_dir` 中的 universal checkpoint（用 DeepSpeed 的 `deepspeed.checkpoint.ds_to_universal`：把它的命令行参数做成一个 `argparse.Namespace` 传给它的 `main`，其中要有它读取的七个字段：`input_folder`、`output_folder`、`num_extract_workers`、`num_merge_workers`、`keep_temp_folder`、`strict` 和 `inject_missing_state`；输入一个 tag 文件夹，输出用同一个 tag 名，extract 和 merge 各用一个 worker：评分沙箱不允许使用进程池），并返回用于恢复的 ds_config：`config` 的一个副本，它会加载 universal checkpoint。测试会用它自己的 tag 保存一个 2 rank 的 ZeRO-2 作业，调用你的函数，再从 `universal_dir` 在 **3 个 rank** 上恢复并多训练一步，检查每个 rank 都从保存的参数开始、步数计数器接着往下走（20 秒到 2 分钟，视机器负载而定）。 <!-- claim: ds-to-universal-in-process-with-one-worker -->
 
 # %% nbgrader={"grade": false, "grade_id": "ex5_prepare_resume", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def prepare_resume(checkpoint_dir, universal_dir, config):
@@ -578,8 +579,9 @@ with _tempfile.TemporaryDirectory(prefix="zerolab-test-ex5-") as _folder, _no_pr
     try:
         _resume_config = _quietly(prepare_resume, _saved_dir, _universal_dir, _config(stage=2))
     except _CalledProcessError as _failure:
-        raise AssertionError(f"ds_to_universal failed (exit status {_failure.returncode}): check its arguments, "
-                             "and pass --num_extract_workers 1 --num_merge_workers 1") from None
+        raise AssertionError(f"ds_to_universal failed in the process you started (exit status "
+                             f"{_failure.returncode}): call ds_to_universal.main in this process instead, with an "
+                             "argparse.Namespace of its seven fields (see the exercise)") from None
     except (NotImplementedError, AssertionError):
         raise
     except Exception as _error:

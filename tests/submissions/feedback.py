@@ -450,6 +450,12 @@ L07 = {
                                 ['"{}"', '" {l}"', '"{}\\n"']),
     "ex22_empty_save": _mc("Q22", [("bug", "not a bug"), ("async", "before it returns"), ("fp32_on_cpu", "not right")],
                            [("None", "wrong type"), ('"F"', "should be one of")], ['"{}"', '"{l} "', '" {}"']),
+    "ex23_bf16_master": _mc("Q23", [("checkpoint_only", "while it trains"), ("params_1_byte", "not right"),
+                                    ("k_6_whole", "not right")],
+                            [('"E"', "should be one of"), ("6", "wrong type")], ['"{}"', '"{l}"', '" {} "']),
+    "ex24_muon_state": _mc("Q24", [("nothing", "keeps between steps"), ("adam_moments", "not right"),
+                                   ("momentum_variance_update", "not right")],
+                           [('"AB"', "should be one of"), ("2", "wrong type")], ['"{}"', '"{l}"', '"{}\\n"']),
 }
 
 VARIANTS["07_interview_drill"] = L07
@@ -749,3 +755,92 @@ L04["ex2_grad_accum"]["wrong"].append(
 L04["ex4_zero3_offload"]["wrong"].append(
     ("import importlib\ndef zero3_offload(config):\n"
      "    return importlib.import_module('zerolab.config.reference').zero3_offload(config)\n", "off limits"))
+
+
+# Lesson 10 (ZeRO in 2026).
+def _state(body):
+    return "def state_bytes(params, stage, ranks, master, moments):\n" + body
+
+
+def _muon(body):
+    return "def muon_state_bytes(params, muon_params, stage, ranks):\n" + body
+
+
+_RULES = ("    if stage not in (1, 2, 3) or (moments == 'bf16' and master != 'bf16'):\n"
+          "        raise ValueError('refused')\n")
+_STATE = "    size = {'fp32': %s, 'bf16': %s}\n    return {'master_weights': size[master] * params / %s, "\
+         "'optimizer_states': %s * size[moments] * params / %s}\n"
+
+
+def _mc10(name, wrong, other, right):
+    """A lesson-10 multiple-choice question (zerolab.lesson.new_features places its options)."""
+    from zerolab.lesson import new_features
+
+    key = new_features.key(name)
+    return _q(name, [(f'"{new_features.letter(name, option)}"', words) for option, words in wrong] + other,
+              [form.format(key, l=key.lower()) for form in right])
+
+
+_RIGHT_PICKS = {"S1": "deepcompile", "S2": "zenflow", "S3": "superoffload", "S4": "ulysses", "S5": "zeropp"}
+
+
+def _picks(**changed):
+    return "PICKS = " + repr({**_RIGHT_PICKS, **changed}) + "\n"
+
+
+L10 = {
+    "ex1_state_bytes": {
+        "wrong": [(_state("    from zerolab.engine.memory import estimate\n"
+                          "    g = estimate(params, stage, gpus_per_node=ranks, precision='bf16', master=master, "
+                          "moments=moments).breakdown['gpu']\n"
+                          "    return {'master_weights': g['master_weights'], 'optimizer_states': g['optimizer_states']}\n"),
+                   "off limits"),
+                  (_state(_RULES + _STATE % (4, 4, "ranks", 2, "ranks")), "bf16 takes 2"),
+                  (_state(_RULES + _STATE % (4, 2, "1", 2, "1")), "every rank's master weights together"),
+                  (_state(_RULES + _STATE % (2, 1, "ranks", 2, "ranks")), "elements"),
+                  (_state(_RULES + _STATE % (4, 2, "ranks", 1, "ranks")), "two bf16 tensors"),
+                  (_state(_STATE % (4, 2, "ranks", 2, "ranks")), "should raise ValueError"),
+                  (_state(_RULES + "    return [2 * params / ranks, 4 * params / ranks]\n"), "wrong type")],
+        "right": [_state(_RULES + _STATE % (4, 2, "ranks", 2, "ranks")),
+                  _state("    if stage == 0:\n        raise ValueError('stage 0 has no ZeRO optimizer')\n"
+                         "    if master == 'fp32' and moments == 'bf16':\n        raise ValueError('moments need master')\n"
+                         "    m = 4 if master == 'fp32' else 2\n    v = 8 if moments == 'fp32' else 4\n"
+                         "    return dict(master_weights=m * params // ranks, optimizer_states=v * params // ranks)\n"),
+                  _state("    if stage < 1 or stage > 3 or (moments, master) == ('bf16', 'fp32'):\n"
+                         "        raise ValueError\n"
+                         "    share = params / ranks\n    nbytes = {'bf16': 2.0, 'fp32': 4.0}\n"
+                         "    return {'optimizer_states': round(2 * nbytes[moments] * share), "
+                         "'master_weights': round(nbytes[master] * share)}\n")],
+    },
+    "ex2_muon_state_bytes": {
+        "wrong": [(_muon("    from zerolab.engine import memory\n    return memory.estimate(params, stage, ranks, "
+                         "precision='bf16', optimizer='muon', muon_params=muon_params).breakdown['gpu']"
+                         "['optimizer_states']\n"), "off limits"),
+                  (_muon("    return (2 * muon_params + 8 * (params - muon_params))\n"), "every rank's state together"),
+                  (_muon("    return (4 * muon_params + 8 * (params - muon_params)) / ranks\n"), "momentum in fp32"),
+                  (_muon("    return 8 * params / ranks\n"), "one momentum"),
+                  (_muon("    return (2 * muon_params + 4 * (params - muon_params)) / ranks\n"), "two fp32 moments"),
+                  (_muon("    return str(2 * muon_params + 8 * (params - muon_params))\n"), "wrong type")],
+        "right": [_muon("    return round((2 * muon_params + 8 * (params - muon_params)) / ranks)\n"),
+                  _muon("    adam = params - muon_params\n    return (2 * muon_params + 8 * adam) // ranks\n"),
+                  _muon("    return 2 * muon_params / ranks + 8 * (params - muon_params) / ranks\n")],
+    },
+    "ex3_backward": _mc10("BACKWARD", [("divide_yourself", "not right"), ("engine_divided", "not right"),
+                                       ("refused", "not right")],
+                          [('"E"', "should be one of"), ("2", "wrong type")], ['"{}"', '"{l}"', '" {} "']),
+    "ex4_hang_fix": _mc10("FIX", [("prefetch_0", "wrong order"), ("persist", "not right"), ("external", "not right")],
+                          [('"Z"', "should be one of"), ("None", "wrong type")], ['"{}"', '"{l}"', '"{} "']),
+    "ex5_picks": {
+        "wrong": [(_picks(S1="zeropp"), "sends fewer bytes"),
+                  (_picks(S2="superoffload"), "Superchip"),
+                  (_picks(S3="zenflow"), "NVLink-C2C"),
+                  (_picks(S4="deepcompile"), "activations"),
+                  (_picks(S5="autotp"), "slow network"),
+                  ("PICKS = " + repr({k: v for k, v in _RIGHT_PICKS.items() if k != "S5"}) + "\n", "missing key"),
+                  (_picks(S1="DeepSpeed Compile"), "should be one of")],
+        "right": [_picks(),
+                  "PICKS = " + repr({k: v.upper() for k, v in _RIGHT_PICKS.items()}) + "\n",
+                  "PICKS = dict(S5='zeropp', S4='ulysses', S3='superoffload', S2='zenflow', S1='deepcompile')\n"],
+    },
+}
+VARIANTS["10_zero_in_2026"] = L10

@@ -7,6 +7,7 @@ Every check takes (config, world_size) and is listed in CHECKS, in report order.
 import difflib
 
 from zerolab.config.findings import Finding
+from zerolab.config.precision import bf16_block
 
 PRECISION_BLOCKS = ("fp16", "bf16", "bfloat16")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -197,7 +198,7 @@ def bf16_master_weights_without_cpu_adam(config, world_size):
     master weights and gradients need the optimizer offloaded to DeepSpeedCPUAdam, unless bf16_optimizer_states
     keeps the states in bf16 too and nothing is offloaded. The config class accepts the rest (its own rules: stages
     1-3, states only with master weights, are validate's)."""
-    block = next((config[name] for name in ("bf16", "bfloat16") if isinstance(config.get(name), dict)), {})
+    block = bf16_block(config)
     if block.get("bf16_master_weights_and_grads") is not True or zero_stage(config) == 0:
         return []
     offload = (_offload(config, "offload_optimizer") or {}).get("device", "none") in ("cpu", "nvme")

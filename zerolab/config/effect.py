@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from zerolab.engine import comm, memory
 from zerolab.config.checks import zero_block, zero_stage
 from zerolab.config.load import load_config
+from zerolab.config.precision import master_and_moments, training_precision
 from zerolab.errors import UserError
 from zerolab.engine.units import parse_count
 
@@ -71,8 +72,8 @@ def read_settings(source, world_size=1):
         param_device = "none"  # DeepSpeed never passes offload_param to the stage 1/2 optimizer  # claim: offload-param-ignored-below-stage-3
     _, parsed = validate(config, world_size)
     grad_accum, micro = _batch(config, parsed)
-    precision = _precision(config)
-    master, moments = _master_and_moments(config, stage, precision)
+    precision = training_precision(config)
+    master, moments = master_and_moments(config, stage, precision)
     return Settings(stage=stage, offload_optimizer=optimizer_device, offload_param=param_device,
                     precision=precision, master=master, moments=moments,
                     reduce_bucket_size=int(zero.reduce_bucket_size),
@@ -119,24 +120,6 @@ def _device(offload):
     if offload is None:
         return "none"
     return getattr(offload.device, "value", offload.device)  # an enum or, with use_enum_values, its string
-
-
-def _precision(config):
-    for block, name in (("fp16", "fp16"), ("bf16", "bf16"), ("bfloat16", "bf16")):
-        value = config.get(block)
-        if isinstance(value, dict) and value.get("enabled") is True:
-            return name
-    return "fp32"
-
-
-def _master_and_moments(config, stage, precision):
-    """("bf16" or "fp32", "bf16" or "fp32"): the master weights' and Adam moments' dtype DeepSpeed keeps. The bf16
-    keys count only where DeepSpeed's config class accepts them: bf16 training at stages 1-3, and the moments only
-    with the master weights."""
-    block = next((config[name] for name in ("bf16", "bfloat16") if isinstance(config.get(name), dict)), {})
-    if precision != "bf16" or stage == 0 or block.get("bf16_master_weights_and_grads") is not True:
-        return "fp32", "fp32"
-    return "bf16", "bf16" if block.get("bf16_optimizer_states") is True else "fp32"
 
 
 def _batch(config, parsed):

@@ -241,20 +241,20 @@ def _why(record, test):
 
 
 def source_digest(course, lesson, source_nb):
-    """What a report depends on: the lesson's code cells, the mutant generator, the hand-written answers and the
-    instructor's allowlist. A committed report whose digest differs is stale."""
+    """What a report depends on: the lesson's code cells, the mutant generator, the instructor's allowlist and this
+    lesson's hand-written answers (not the files that hold them: a new answer for one lesson leaves the other
+    lessons' reports fresh). A committed report whose digest differs is stale."""
     import hashlib
 
     from zerolab.grading import mutant_operators, mutants, variants
 
     digest = hashlib.sha256()
-    files = [Path(mutants.__file__), Path(mutant_operators.__file__), course / "src" / f"{lesson}.equivalent.toml"]
-    for path in files + [course.parent / name for name in variants.HANDWRITTEN]:
+    for path in (Path(mutants.__file__), Path(mutant_operators.__file__), course / "src" / f"{lesson}.equivalent.toml"):
         digest.update(path.read_bytes() if path.exists() else b"-")
     for cell in source_nb.cells:
         if cell.cell_type == "code":
             digest.update(cell.source.encode())
-    answers = variants.lesson_answers(course.parent, lesson)
-    if answers:  # absent from the digest otherwise: the reports of the other lessons keep theirs
-        digest.update(json.dumps(answers, sort_keys=True).encode())
+    answers = {grade_id: [[v.kind, v.source, v.expect, v.label] for v in found]
+               for grade_id, found in variants.handwritten(course.parent, lesson).items()}
+    digest.update(json.dumps(answers, sort_keys=True).encode())
     return digest.hexdigest()[:16]

@@ -456,7 +456,8 @@ def rows(results, rank=0):
     table = []
     for system, measured in results[rank].items():
         traffic = {op: entry["elements"] / psi for op, entry in measured["collectives"].items()}
-        table.append({"system": system, "who": measured["who"], "loss": measured["losses"][-1],
+        table.append({"system": system, "who": measured["who"], "loss": measured["losses"][-1], "psi": psi,
+                      "elements": {op: entry["elements"] for op, entry in measured["collectives"].items()},
                       **{key: measured[key] for key, _ in COLUMNS[1:-2]}, "traffic": traffic,
                       "volume": _volume(measured["collectives"], len(results)) / psi,
                       "volume_by_op": {op: _volume({op: entry}, len(results)) / psi
@@ -472,6 +473,18 @@ def _volume(collectives, world_size):
                for op, entry in collectives.items())
 
 
+def in_psi(elements, psi):
+    """Elements as a multiple of Ψ that keeps the padding in sight: 'Ψ+4' where a rounded '1Ψ' would hide 4 elements,
+    a count of elements for a collective far smaller than Ψ (a norm, a flag)."""
+    whole = round(elements / psi)
+    if whole == 0:
+        return f"{elements} element" + ("" if elements == 1 else "s")
+    rest = elements - whole * psi
+    if abs(rest) > psi // 100:
+        return f"{elements / psi:.3g}Ψ"
+    return ("Ψ" if whole == 1 else f"{whole}Ψ") + (f"{rest:+d}" if rest else "")
+
+
 def table_text(results, rank=0):
     """The side-by-side as fixed-width text, in the learner's language."""
     from zerolab.base.i18n import tr
@@ -480,7 +493,7 @@ def table_text(results, rank=0):
     header = [tr("system"), tr("whose"), tr(f"loss after {steps} steps")] + [tr(label) for _, label in COLUMNS[1:]]
     lines = [header]
     for row in rows(results, rank):
-        moved = ", ".join(f"{op} {share:.3g}Ψ" for op, share in row["traffic"].items()) or "-"
+        moved = ", ".join(f"{op} {in_psi(elements, row['psi'])}" for op, elements in row["elements"].items()) or "-"
         lines.append([row["system"], tr(row["who"]), f"{row['loss']:.6f}"] +
                      [str(row[key]) for key, _ in COLUMNS[1:-2]] + [f"{row['volume']:.3g}Ψ", moved])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

@@ -62,6 +62,11 @@ LESSONS = (
            title_zh="Checkpoint",
            goal_zh="说出每个 ZeRO 阶段下每个 rank 保存了什么，合并 ZeRO checkpoint，在另一个 GPU 数量上恢复训练"
                    "（universal checkpoint），用 zerolab ckpt 检查任何 checkpoint"),
+    Lesson("10_zero_in_2026", "ZeRO in 2026",
+           "predict and measure a rank's bytes with bf16 master weights and moments and with Muon, and pick among "
+           "DeepSpeed's newer features for the reason its own figures give", needs=("deepspeed",),
+           title_zh="2026 年的 ZeRO",
+           goal_zh="预测并实测 bf16 主权重与动量、以及 Muon 下每个 rank 的字节数，并按 DeepSpeed 自己公布的数字在它的新特性中做出选择"),
 )
 
 

@@ -58,8 +58,20 @@ OPTIONS = {
             ("placeholders", "outside forward and backward each rank holds only its shard, so the module's parameters "
                              "are empty placeholders, and `state_dict()` returns those"),
             ("bug", "a DeepSpeed bug: upgrading fixes it")),
+    # claim: bf16-master-and-moments-make-k-6
+    "Q23": (("checkpoint_only", "nothing: the two keys only change how checkpoints are written"),
+            ("params_1_byte", "the 16-bit parameters shrink to 1 byte each"),
+            ("k_6_partitioned", "the 12 bytes of optimizer state per parameter (master copy, momentum, variance) become "
+                                "6, split over the 8 GPUs as before"),
+            ("k_6_whole", "the 12 bytes become 6, but ZeRO no longer splits them, so each GPU holds all of them")),
+    # claim: muon-momentum-in-the-gradient-dtype
+    "Q24": (("one_bf16_momentum", "one momentum buffer in bf16: 2 bytes"),
+            ("adam_moments", "Adam's two fp32 moments, 8 bytes, as for every other parameter"),
+            ("nothing", "nothing: Newton-Schulz needs no state"),
+            ("momentum_variance_update", "an fp32 momentum and an fp32 variance, 8 bytes, plus a copy of the "
+                                         "orthogonalized update")),
 }
-RIGHT = {"Q02": "master_and_moments", "Q10": "stage_dependent", "Q13": "page_locked", "Q17": "between_2_and_4",
+RIGHT = {"Q23": "k_6_partitioned", "Q24": "one_bf16_momentum", "Q02": "master_and_moments", "Q10": "stage_dependent", "Q13": "page_locked", "Q17": "between_2_and_4",
          "Q19": "hf_activations", "Q20": "shards", "Q21": "universal", "Q22": "placeholders"}
 
 

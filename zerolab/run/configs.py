@@ -1,4 +1,5 @@
 """The ds_config a run trains under: built from a few knobs, or read back into those knobs for the prediction."""
+from zerolab.config.precision import master_and_moments
 from zerolab.errors import UserError
 from zerolab.engine.memory import DEVICES, STAGES
 
@@ -61,11 +62,9 @@ def update_rule(config):
 
 def low_precision_state(config):
     """(master, moments): "bf16" where the config's bf16 block asks DeepSpeed for bf16 master weights (and
-    gradients) or bf16 Adam moments, else "fp32"."""
-    bf16 = config.get("bf16") if isinstance(config.get("bf16"), dict) else {}
-    master = "bf16" if bf16.get("bf16_master_weights_and_grads") is True else "fp32"
-    moments = "bf16" if master == "bf16" and bf16.get("bf16_optimizer_states") is True else "fp32"
-    return master, moments
+    gradients) or bf16 Adam moments and its config class accepts them there, else "fp32"."""
+    stage, _, _, precision = describe(config)
+    return master_and_moments(config, stage, precision)
 
 
 def describe(config):

@@ -23,6 +23,19 @@ LABELS = {
     "peak_memory_bytes": "peak memory",
 }
 MUON_LABEL = "Muon momentum + Adam states"
+BF16_LABELS = {  # with bf16.bf16_master_weights_and_grads (and bf16_optimizer_states for the moments)
+    "fp32_grad_bytes": "bf16 gradients for the optimizer",
+    "master_weight_bytes": "bf16 master weights",
+    "optimizer_state_bytes": "Adam states (m, v), bf16",
+}
+
+
+def label(key, setup):
+    """The row's name for this run: the dtype it names is the one the run keeps."""
+    if key == "optimizer_state_bytes" and setup.get("update_rule") == "muon":
+        return MUON_LABEL
+    low_precision = setup.get("moments" if key == "optimizer_state_bytes" else "master", "fp32") == "bf16"
+    return BF16_LABELS[key] if low_precision and key in BF16_LABELS else LABELS[key]
 _PAPER_NAMES = {"param_bytes": "params", "grad_bytes": "grads", "master_weight_bytes": "master_weights",
                 "optimizer_state_bytes": "optimizer_states"}
 
@@ -143,8 +156,7 @@ class RunResult:
                 mark = f"[{len(notes)}]"
             show = _megabytes if key == "peak_memory_bytes" else _bytes
             own = [] if not yours else ["-" if mine.get(key) is None else _bytes(mine[key])]
-            label = MUON_LABEL if key == "optimizer_state_bytes" and self.setup.get("update_rule") == "muon" else LABELS[key]
-            body.append([label] + own + [show(value) for value in measured]
+            body.append([label(key, self.setup)] + own + [show(value) for value in measured]
                         + ["-" if predicted is None else _bytes(predicted), _percent(difference, predicted), mark])
         widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
         for row in [header] + body:
@@ -170,7 +182,7 @@ class RunResult:
 
         if ax is None:
             _, ax = plt.subplots(figsize=(7, 3.2))
-        names = [tr(LABELS[key]) for key in COMPONENTS]
+        names = [tr(label(key, self.setup)) for key in COMPONENTS]
         positions = range(len(COMPONENTS))
         ax.bar([p - 0.2 for p in positions], [self.predicted[k] / 1e3 for k in COMPONENTS], 0.4, label=tr("predicted"))
         ax.bar([p + 0.2 for p in positions], [self.ranks[0][k] / 1e3 for k in COMPONENTS], 0.4,

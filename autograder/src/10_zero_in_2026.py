@@ -1,0 +1,648 @@
+# %% [markdown]
+# # Lesson 10: ZeRO in 2026
+
+# %% [markdown] lang="zh" en="cbadc917f83b"
+# # 第 10 课：2026 年的 ZeRO
+
+# %% [markdown]
+# ## Learning goals
+#
+# The lessons so far count what the ZeRO paper (2019) counts: 2 bytes of parameters, 2 of gradients and K = 12 of
+# Adam state per parameter. DeepSpeed has moved on, and the configs you are handed use its newer options. After
+# this lesson you can:
+#
+# - predict a rank's bytes when DeepSpeed keeps the master weights and Adam's moments in bf16, and when Muon
+#   replaces Adam, then check both on CPU ranks;
+# - say what calling `loss.backward()` instead of `engine.backward(loss)` changes;
+# - reproduce a ZeRO-3 hang on two CPU ranks, stop it with a timeout, read which rank waits where, and fix it;
+# - pick the newer DeepSpeed feature a situation calls for, for the reason DeepSpeed's own figures give.
+#
+# As in lesson 06, predictions come from the engine (`zerolab.engine.memory`) and measurements from real
+# DeepSpeed 0.19.8 engines on CPU ranks (`zerolab.run`). There are hidden tests.
+
+# %% [markdown] lang="zh" en="6bb1adfbedb6"
+# ## 学习目标
+#
+# 前面几课按 ZeRO 论文（2019）的口径计数：每个参数 2 字节参数、2 字节梯度、K = 12 字节 Adam 状态。DeepSpeed 已经往前走了，别人交给你的配置里用的是它较新的选项。学完本课，你能够：
+#
+# - 预测 DeepSpeed 把主权重和 Adam 动量保存为 bf16 时、以及用 Muon 代替 Adam 时每个 rank 的字节数，并在 CPU rank 上验证这两种情况；
+# - 说出用 `loss.backward()` 代替 `engine.backward(loss)` 会改变什么；
+# - 在两个 CPU rank 上复现一次 ZeRO-3 挂起，用超时让它停下，看出哪个 rank 在哪里等待，并修好它；
+# - 针对一个场景选出应该使用的 DeepSpeed 新特性，理由来自 DeepSpeed 自己公布的数字。
+#
+# 和第 06 课一样，预测来自引擎（`zerolab.engine.memory`），实测来自在 CPU rank 上运行的真实 DeepSpeed 0.19.8 引擎（`zerolab.run`）。本课有隐藏测试。
+
+# %%
+import os
+
+import torch
+
+from zerolab.base.i18n import tr
+from zerolab.engine import memory
+from zerolab.run import ModelSpec, make_config, run_in_notebook
+from zerolab.run.model import TinyGPT, count_params, muon_layout
+
+RANKS = 2
+SPEC = ModelSpec()
+with torch.device("meta"):  # the shape only: no memory, no time
+    _shape = TinyGPT(SPEC)
+    PARAMS = count_params(_shape)
+    MUON_PARAMS = sum(torch.Size(shape).numel() for shape, steps in muon_layout(_shape) if steps)
+print(tr(f"tiny GPT: {SPEC}; {PARAMS:,} parameters, {MUON_PARAMS:,} of them in the matrices Muon would step; "
+         f"{RANKS} ranks"))
+
+# %% [markdown]
+# ## 1. Master weights and moments in bf16
+#
+# Since 0.18.3 DeepSpeed's `bf16` block takes two more keys. `bf16_master_weights_and_grads: true` keeps the
+# master copy of the weights (and the gradients the optimizer reads) in bf16, 2 bytes instead of 4;
+# `bf16_optimizer_states: true` keeps Adam's momentum and variance in bf16 too. With both, K falls from 12 bytes
+# per parameter to 6, and ZeRO partitions the 6 exactly as it partitioned the 12. <!-- claim: bf16-master-and-moments-make-k-6 -->
+#
+# DeepSpeed's config class accepts them only with ZeRO stage 1, 2 or 3, and `bf16_optimizer_states` only together
+# with `bf16_master_weights_and_grads`. bf16 master weights with fp32 moments pass the config class, then
+# `deepspeed.initialize` refuses them unless the optimizer is offloaded to DeepSpeed's CPU Adam; `zerolab check`
+# says so before you launch. <!-- claim: bf16-master-options-need-zero-and-each-other --> <!-- claim: bf16-master-weights-need-cpu-adam -->
+#
+# The price is precision: a bf16 master weight keeps 8 significant bits, so an update below about 1/256 of the
+# weight rounds away, where an fp32 master keeps it. DeepSpeed's own measurement, in its 0.18.3 release blog: peak memory from 31.38 to
+# 18.93 GB, final loss from 3.09 to 3.12. <!-- claim: bf16-drops-small-updates -->
+
+# %% [markdown] lang="zh" en="a4d8fd549925"
+# ## 1. bf16 的主权重和动量
+#
+# 从 0.18.3 起，DeepSpeed 的 `bf16` 块多了两个键。`bf16_master_weights_and_grads: true` 把主权重副本（以及优化器读取的梯度）保存为 bf16，每个 2 字节而不是 4 字节；`bf16_optimizer_states: true` 把 Adam 的动量和方差也保存为 bf16。两个都打开时，K 从每个参数 12 字节降到 6 字节，ZeRO 切分这 6 字节的方式和切分那 12 字节完全一样。 <!-- claim: bf16-master-and-moments-make-k-6 -->
+#
+# DeepSpeed 的配置类只在 ZeRO stage 1、2、3 下接受它们，而且 `bf16_optimizer_states` 必须和 `bf16_master_weights_and_grads` 一起用。bf16 主权重配 fp32 动量能通过配置类，但除非优化器卸载到 DeepSpeed 的 CPU Adam，`deepspeed.initialize` 会拒绝它；`zerolab check` 会在你启动之前指出这一点。 <!-- claim: bf16-master-options-need-zero-and-each-other --> <!-- claim: bf16-master-weights-need-cpu-adam -->
+#
+# 代价是精度：bf16 主权重只有 8 位有效位，小于权重约 1/256 的更新会被舍入掉，而 fp32 主权重能保留它。DeepSpeed 在 0.18.3 发布博客中自己的测量：峰值显存从 31.38 GB 降到 18.93 GB，最终 loss 从 3.09 升到 3.12。 <!-- claim: bf16-drops-small-updates -->
+
+# %% [markdown]
+# ### Exercise 1: master weights and optimizer states per rank (3 points)
+#
+# Write `state_bytes(params, stage, ranks, master, moments)`: the bytes **one rank** keeps of master weights and of
+# Adam's two moments when `params` parameters train in bf16 with ZeRO `stage` (1, 2 or 3) on `ranks` ranks,
+# `master` and `moments` each `"fp32"` or `"bf16"`, by the paper's accounting (nothing offloaded). Return
+# `{"master_weights": int, "optimizer_states": int}`. A combination DeepSpeed's config class refuses (stage 0, or
+# bf16 moments with fp32 master weights) raises `ValueError`. Hidden tests check other sizes against
+# `memory.estimate`, so it is off limits in your cell.
+
+# %% [markdown] lang="zh" en="6902e6757277"
+# ### 练习 1：每个 rank 的主权重和优化器状态（3 分）
+#
+# 编写 `state_bytes(params, stage, ranks, master, moments)`：`params` 个参数以 bf16 训练、ZeRO `stage`（1、2 或 3）、`ranks` 个 rank 时，**一个 rank** 保存的主权重字节数和 Adam 两个动量的字节数；`master` 和 `moments` 各为 `"fp32"` 或 `"bf16"`，按论文的口径计算（不卸载）。返回 `{"master_weights": int, "optimizer_states": int}`。DeepSpeed 的配置类拒绝的组合（stage 0，或 bf16 动量配 fp32 主权重）要抛出 `ValueError`。隐藏测试会用其他规模与 `memory.estimate` 比较，所以你的单元格里不能使用它。
+
+# %% nbgrader={"grade": false, "grade_id": "ex1_state_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def state_bytes(params, stage, ranks, master, moments):
+    """Per-rank bytes of master weights and Adam moments, bf16 training, the paper's accounting."""
+    ### BEGIN SOLUTION
+    if stage not in (1, 2, 3):
+        raise ValueError("bf16 master weights and moments need ZeRO stage 1, 2 or 3")
+    if moments == "bf16" and master != "bf16":
+        raise ValueError("bf16 moments need bf16 master weights")
+    size = {"fp32": 4, "bf16": 2}
+    return {"master_weights": round(size[master] * params / ranks),
+            "optimizer_states": round(2 * size[moments] * params / ranks)}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex1_state_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson.checks_source import off_limits
+
+off_limits("state_bytes", ["zerolab.engine.memory.estimate"], exercise="exercise 1",
+           instead="count the bytes a rank keeps yourself")
+from zerolab.lesson.checks import close_to, dict_keys
+
+_mine = dict_keys(state_bytes(PARAMS, 2, 3, "bf16", "bf16"), ["master_weights", "optimizer_states"],
+                  "state_bytes(PARAMS, 2, 3, 'bf16', 'bf16')")
+close_to(_mine["master_weights"], 2 * PARAMS / 3, "state_bytes(PARAMS, 2, 3, 'bf16', 'bf16')['master_weights']",
+         0, "bytes", abs_tol=1, hint="a bf16 master weight takes 2 bytes, and stage 2 splits the master copy over the ranks",
+         slips={3: "that is every rank's master weights together: give one rank's share",
+                2: "counted a bf16 value as 4 bytes: bf16 takes 2",
+                0.5: "counted bf16 values (elements), not bytes: a bf16 value takes 2 bytes"})
+assert abs(_mine["optimizer_states"] - 2 * _mine["master_weights"]) <= 1, \
+    "with bf16 moments Adam keeps two bf16 tensors (momentum and variance) per master weight"
+_fp32 = state_bytes(PARAMS, 2, 3, "fp32", "fp32")
+assert abs(_fp32["master_weights"] - 2 * _mine["master_weights"]) <= 1, \
+    "an fp32 master weight takes 4 bytes, twice bf16's 2"
+for _stage, _master, _moments in ((0, "bf16", "bf16"), (2, "fp32", "bf16")):
+    try:
+        state_bytes(PARAMS, _stage, RANKS, _master, _moments)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(f"state_bytes(PARAMS, {_stage}, RANKS, {_master!r}, {_moments!r}) should raise ValueError: "
+                             "DeepSpeed's config class refuses that combination")
+### BEGIN HIDDEN TESTS
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, dict_keys as _dict_keys, plain as _plain
+
+for _params in (1_000_003, 7_000_000_000):
+    for _stage in (1, 2, 3):
+        for _ranks in (1, 3, 8):
+            for _master, _moments in (("bf16", "bf16"), ("bf16", "fp32"), ("fp32", "fp32")):
+                _expected = _memory.estimate(_params, _stage, gpus_per_node=_ranks, precision="bf16", master=_master,
+                                             moments=_moments).breakdown["gpu"]
+                _name = f"state_bytes({_params}, {_stage}, {_ranks}, {_master!r}, {_moments!r})"
+                _got = _dict_keys(_plain(state_bytes(_params, _stage, _ranks, _master, _moments), _name),
+                                  ["master_weights", "optimizer_states"], _name)
+                for _key in ("master_weights", "optimizer_states"):
+                    _close_to(_got[_key], _expected[_key], f"{_name}[{_key!r}]", 0, "bytes", abs_tol=1,
+                              hint="which dtype does each part keep, and into how many shares does ZeRO split it?",
+                              slips={0.5: "counted values (elements) of 2 bytes as 1 byte each",
+                                     2: "counted a bf16 value as 4 bytes: bf16 takes 2"})
+for _stage, _master, _moments in ((0, "fp32", "fp32"), (0, "bf16", "fp32"), (1, "fp32", "bf16"), (3, "fp32", "bf16")):
+    try:
+        state_bytes(1_000_003, _stage, 4, _master, _moments)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(f"state_bytes(1000003, {_stage}, 4, {_master!r}, {_moments!r}) should raise ValueError")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. Muon: one momentum instead of two moments
+#
+# Muon (DeepSpeed's optimizer type `"Muon"`, with ZeRO-3 since 0.18.9) turns each hidden matrix's update into an
+# orthogonal one with a few Newton-Schulz iterations. It keeps **one** momentum buffer per matrix, in the
+# gradients' dtype: 2 bytes per parameter in bf16 training, where Adam keeps two fp32 moments, 8 bytes. <!-- claim: muon-momentum-in-the-gradient-dtype -->
+#
+# Not every parameter is a hidden matrix. `deepspeed.initialize` gives Muon the 2-D parameters whose names hold
+# neither "embed" nor "lm_head"; the embeddings, the output head, the norms and the biases go to an Adam that runs
+# beside it, with Adam's two moments. The rule reads names, not roles: the tiny GPT here calls its embeddings
+# `tokens` and `positions`, so DeepSpeed hands them to Muon too. Both halves keep fp32 master weights. At stage 3 DeepSpeed accepts Muon only
+# with `zero_optimization.reduce_scatter` false. <!-- claim: muon-steps-2d-parameters-but-embeddings-and-head --> <!-- claim: muon-at-stage-3-needs-reduce-scatter-off -->
+
+# %% [markdown] lang="zh" en="a6ff1120049b"
+# ## 2. Muon：一个动量代替两个动量
+#
+# Muon（DeepSpeed 的优化器类型 `"Muon"`，从 0.18.9 起支持 ZeRO-3）用几次 Newton-Schulz 迭代把每个隐藏层矩阵的更新变成正交的更新。它为每个矩阵只保存**一个**动量缓冲区，数据类型与梯度相同：bf16 训练时每个参数 2 字节，而 Adam 保存两个 fp32 动量，共 8 字节。 <!-- claim: muon-momentum-in-the-gradient-dtype -->
+#
+# 并不是每个参数都是隐藏层矩阵。`deepspeed.initialize` 把名字里既不含 "embed" 也不含 "lm_head" 的二维参数交给 Muon；词嵌入、输出头、归一化层和偏置交给与它并行的一个 Adam，带有 Adam 的两个动量。这条规则看的是名字，而不是作用：本课的小 GPT 把词嵌入叫作 `tokens` 和 `positions`，所以 DeepSpeed 也把它们交给了 Muon。两半都保存 fp32 主权重。在 stage 3，只有 `zero_optimization.reduce_scatter` 为 false 时 DeepSpeed 才接受 Muon。 <!-- claim: muon-steps-2d-parameters-but-embeddings-and-head --> <!-- claim: muon-at-stage-3-needs-reduce-scatter-off -->
+
+# %% [markdown]
+# ### Exercise 2: Muon's optimizer state per rank (3 points)
+#
+# Write `muon_state_bytes(params, muon_params, stage, ranks)`: the bytes one rank keeps of optimizer state (Muon's
+# momentum and the Adam half's two moments, master weights apart) when `params` parameters train in bf16 with ZeRO
+# `stage` (1-3) on `ranks` ranks and Muon steps `muon_params` of them. Count as the paper does: every part split
+# evenly over the ranks. (The measurement below shows where DeepSpeed departs from the even split.) Hidden tests
+# check other sizes against `memory.estimate`, off limits in your cell.
+
+# %% [markdown] lang="zh" en="cada668bc779"
+# ### 练习 2：每个 rank 的 Muon 优化器状态（3 分）
+#
+# 编写 `muon_state_bytes(params, muon_params, stage, ranks)`：`params` 个参数以 bf16 训练、ZeRO `stage`（1-3）、`ranks` 个 rank，且其中 `muon_params` 个由 Muon 更新时，一个 rank 保存的优化器状态字节数（Muon 的动量加上 Adam 那一半的两个动量，不含主权重）。按论文的方式计数：每一部分都平均分给各个 rank。（下面的实测会显示 DeepSpeed 在哪里偏离了平均切分。）隐藏测试会用其他规模与 `memory.estimate` 比较，你的单元格里不能使用它。
+
+# %% nbgrader={"grade": false, "grade_id": "ex2_muon_state_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def muon_state_bytes(params, muon_params, stage, ranks):
+    """Per-rank bytes of Muon's momentum and the Adam half's moments, bf16 training, split evenly."""
+    ### BEGIN SOLUTION
+    return round((2 * muon_params + 8 * (params - muon_params)) / ranks)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex2_muon_state_bytes", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson.checks_source import off_limits
+
+off_limits("muon_state_bytes", ["zerolab.engine.memory.estimate", "zerolab.engine.muon"], exercise="exercise 2",
+           instead="count the momentum and the moments yourself")
+from zerolab.lesson.checks import close_to
+
+close_to(muon_state_bytes(PARAMS, 0, 1, 3), 8 * PARAMS / 3, "muon_state_bytes(PARAMS, 0, 1, 3)", 0, "bytes",
+         abs_tol=1, hint="with no matrix for Muon every parameter goes to the Adam half: two fp32 moments",
+         slips={3: "that is every rank's state together: give one rank's share"})
+close_to(muon_state_bytes(PARAMS, PARAMS, 1, 3), 2 * PARAMS / 3, "muon_state_bytes(PARAMS, PARAMS, 1, 3)", 0,
+         "bytes", abs_tol=1, hint="Muon keeps one momentum per parameter, in the gradients' dtype (bf16 here)",
+         slips={3: "that is every rank's state together: give one rank's share",
+                2: "counted the momentum in fp32: Muon keeps it in the gradients' dtype, bf16 here",
+                4: "counted two fp32 moments for Muon's parameters: Muon keeps one momentum, in bf16 here"})
+### BEGIN HIDDEN TESTS
+from zerolab.engine import memory as _memory
+from zerolab.lesson.checks import close_to as _close_to, plain as _plain
+
+for _params, _muon in ((1_000_003, 700_001), (7_000_000_000, 6_400_000_000)):
+    for _stage in (1, 2, 3):
+        for _ranks in (1, 3, 8):
+            _expected = _memory.estimate(_params, _stage, gpus_per_node=_ranks, precision="bf16", optimizer="muon",
+                                         muon_params=_muon).breakdown["gpu"]["optimizer_states"]
+            _name = f"muon_state_bytes({_params}, {_muon}, {_stage}, {_ranks})"
+            _close_to(_plain(muon_state_bytes(_params, _muon, _stage, _ranks), _name), _expected, _name, 0, "bytes",
+                      abs_tol=1, hint="which parameters keep one bf16 momentum, which two fp32 moments, and how many "
+                                      "shares?")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. Measure
+#
+# Three runs of the tiny GPT on two CPU ranks at stage 2, bf16 training: DeepSpeed's default (fp32 master weights
+# and moments), bf16 master weights and moments, and Muon. Each table puts what every rank holds next to the
+# engine's prediction and, once your exercises pass, yours. The runs skip themselves while the notebook is graded.
+
+# %% [markdown] lang="zh" en="40e5bae325cf"
+# ## 3. 实测
+#
+# 在两个 CPU rank 上以 stage 2、bf16 训练这个小 GPT，跑三次：DeepSpeed 的默认设置（fp32 主权重和动量）、bf16 主权重和动量、以及 Muon。每张表把每个 rank 实际持有的字节数与引擎的预测并排列出；你的练习通过后，还会列出你的预测。评分时这些运行会自动跳过。
+
+# %%
+RUNS = {"fp32 master weights and moments": make_config(2, precision="bf16"),
+        "bf16 master weights and moments": make_config(2, precision="bf16", master="bf16", moments="bf16"),
+        "Muon": make_config(2, precision="bf16", optimizer="muon")}
+measured = {}
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    for name, config in RUNS.items():
+        print(tr(name) + ":")
+        measured[name] = run_in_notebook(config, ranks=RANKS, steps=3)
+
+# %%
+for name, result in measured.items():
+    s = result.setup
+    try:
+        if s["update_rule"] == "muon":
+            yours = {"optimizer_states": muon_state_bytes(PARAMS, MUON_PARAMS, s["stage"], RANKS)}
+        else:
+            yours = state_bytes(PARAMS, s["stage"], RANKS, s["master"], s["moments"])
+    except Exception as error:  # not answered yet, or not working: the table goes on without your column
+        yours = None
+        print(tr(f"(no column 'yours' yet: your function raised {type(error).__name__})"))
+    print(tr(name) + ":")
+    print(result.table(yours=yours), end="\n\n")
+
+# %% [markdown]
+# ### What the measurement teaches
+#
+# - **bf16 master weights and moments** halve the optimizer side to the byte, and the gradient copy the optimizer
+#   reads is bf16 too: no fp32 gradient is made inside `step()`. <!-- claim: bf16-master-step-makes-no-fp32-gradient -->
+# - **Muon** differs between the ranks at stages 1 and 2. Newton-Schulz needs a whole matrix, and DeepSpeed splits
+#   the flat buffer of Muon's matrices (sorted by shape, largest first) at element boundaries: a matrix that
+#   straddles two ranks' partitions keeps its whole momentum on both. The even split of exercise 2 is the paper's
+#   view; the engine's per-rank prediction (`zerolab.engine.muon.rank_bytes`) counts the straddling matrix. At
+#   stage 3 each parameter is split on its own and the ranks agree again. <!-- claim: muon-straddling-matrix-momentum-on-both-ranks -->
+
+# %% [markdown] lang="zh" en="7962d464bc0b"
+# ### 实测告诉我们什么
+#
+# - **bf16 主权重和动量**让优化器这一侧的字节数精确减半，优化器读取的梯度副本也是 bf16：`step()` 里不会生成 fp32 梯度。 <!-- claim: bf16-master-step-makes-no-fp32-gradient -->
+# - **Muon** 在 stage 1 和 2 下各个 rank 的字节数不同。Newton-Schulz 需要完整的矩阵，而 DeepSpeed 按元素边界切分 Muon 矩阵的展平缓冲区（矩阵按形状从大到小排序）：跨在两个 rank 分区之间的矩阵，会在两个 rank 上都保存完整的动量。练习 2 的平均切分是论文的视角；引擎的逐 rank 预测（`zerolab.engine.muon.rank_bytes`）把跨分区的矩阵算了进去。到了 stage 3，每个参数单独切分，各 rank 又一致了。 <!-- claim: muon-straddling-matrix-momentum-on-both-ranks -->
+
+# %% [markdown]
+# ## 4. `loss.backward()` or `engine.backward(loss)`
+#
+# DeepSpeed's examples call `engine.backward(loss)`. Since 0.18.3 a ZeRO engine (stages 1-3) also accepts the
+# plain PyTorch call, `loss.backward()`, on a loss computed by `engine(...)`, and trains exactly as
+# `engine.backward(loss)` would: DeepSpeed still divides the gradients by `gradient_accumulation_steps` itself.
+# Without ZeRO (stage 0) it refuses the plain call and says to use `engine.backward(loss)`. <!-- claim: torch-style-backward-scales-by-gas --> <!-- claim: stage0-refuses-torch-style-backward -->
+#
+# The trap is the habit plain PyTorch teaches: dividing the loss by the accumulation steps before `backward()`.
+# DeepSpeed divides too, so the gradients come out divided twice. <!-- claim: dividing-the-loss-by-gas-scales-twice -->
+#
+# The next cell trains the tiny GPT on two CPU ranks three times from the same seed, ZeRO-2, two micro-steps per
+# optimizer step, torch's SGD and no clipping (Adam and DeepSpeed's default clipping of 1.0 would both hide a
+# gradient scaled by a constant), and prints the gradient norm DeepSpeed computed at each step and how far each
+# run's parameters end from the `engine.backward` run's.
+
+# %% [markdown] lang="zh" en="6644320663fc"
+# ## 4. `loss.backward()` 还是 `engine.backward(loss)`
+#
+# DeepSpeed 的示例调用的是 `engine.backward(loss)`。从 0.18.3 起，ZeRO 引擎（stage 1-3）也接受 PyTorch 的普通写法：对 `engine(...)` 算出的 loss 调用 `loss.backward()`，训练结果与 `engine.backward(loss)` 完全相同：DeepSpeed 仍然自己把梯度除以 `gradient_accumulation_steps`。不用 ZeRO（stage 0）时，它拒绝这种普通写法，并提示改用 `engine.backward(loss)`。 <!-- claim: torch-style-backward-scales-by-gas --> <!-- claim: stage0-refuses-torch-style-backward -->
+#
+# 陷阱在于普通 PyTorch 教给我们的习惯：在 `backward()` 之前先把 loss 除以累积步数。DeepSpeed 自己也会除，于是梯度被除了两次。 <!-- claim: dividing-the-loss-by-gas-scales-twice -->
+#
+# 下一个单元格在两个 CPU rank 上从同一个随机种子把小 GPT 训练三遍：ZeRO-2，每个优化器步两个微步，使用 torch 的 SGD，不做裁剪（Adam 和 DeepSpeed 默认的 1.0 裁剪都会掩盖被乘上常数的梯度），然后打印 DeepSpeed 在每一步算出的梯度范数，以及每次运行结束时的参数与 `engine.backward` 那次相差多少。
+
+# %%
+from zerolab.run import backward
+
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    print(backward.table(backward.compare(stage=2, ranks=RANKS)))
+
+# %% [markdown]
+# ### Exercise 3: the plain call (1 point)
+#
+# Your config is ZeRO-2 with `gradient_accumulation_steps` 4, and your loop runs
+# `loss = engine(tokens, targets)` then `engine.backward(loss)`. Which replacement updates the model exactly as
+# before?
+#
+# - A: `loss = engine(tokens, targets)` then `(loss / 4).backward()`
+# - B: `loss = engine(tokens, targets)` then `loss.backward()`
+# - C: `loss = engine(tokens, targets)` then `engine.backward(loss / 4)`
+# - D: none of these: DeepSpeed refuses `loss.backward()` on every engine
+#
+# Set `BACKWARD` to a letter.
+
+# %% [markdown] lang="zh" en="8f1e90c08dbb"
+# ### 练习 3：普通写法（1 分）
+#
+# 你的配置是 ZeRO-2，`gradient_accumulation_steps` 为 4，训练循环先执行 `loss = engine(tokens, targets)`，再执行 `engine.backward(loss)`。下面哪种替换方式对模型的更新与原来完全相同？
+#
+# - A：`loss = engine(tokens, targets)`，然后 `(loss / 4).backward()`
+# - B：`loss = engine(tokens, targets)`，然后 `loss.backward()`
+# - C：`loss = engine(tokens, targets)`，然后 `engine.backward(loss / 4)`
+# - D：都不行：DeepSpeed 在任何引擎上都拒绝 `loss.backward()`
+#
+# 把 `BACKWARD` 设为一个字母。
+
+# %% nbgrader={"grade": false, "grade_id": "ex3_backward", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+BACKWARD = "B"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex3_backward", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson import new_features
+from zerolab.lesson.checks import choice
+from zerolab.lesson.reveal import passed
+
+_letter = choice(BACKWARD, "ABCD", "BACKWARD")
+assert new_features.is_right("BACKWARD", _letter), \
+    "BACKWARD is not right: compare the gradient norms of the three runs above; who divides by the accumulation steps?"
+### BEGIN HIDDEN TESTS
+from zerolab.lesson.checks_source import off_limits as _off_limits
+
+_off_limits("BACKWARD", ["zerolab.lesson.new_features"], exercise="exercise 3",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.lesson import new_features as _keys
+from zerolab.lesson.checks import choice as _choice, plain as _plain
+
+assert _choice(_plain(BACKWARD, "BACKWARD"), "ABCD", "BACKWARD") == _keys.key("BACKWARD"), "BACKWARD is not right"
+### END HIDDEN TESTS
+passed("BACKWARD")
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **B.** DeepSpeed divides each micro-step's gradients by `gradient_accumulation_steps` in both calls, so A and C
+# divide twice: their gradients are a quarter of the right ones, and SGD's steps shrink with them. D holds only
+# without ZeRO (stage 0).
+#
+# </details>
+
+# %% [markdown] lang="zh" en="8fad85d5c864"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **B。** 两种调用方式下，DeepSpeed 都会把每个微步的梯度除以 `gradient_accumulation_steps`，所以 A 和 C 除了两次：它们的梯度只有正确值的四分之一，SGD 的步长也随之变小。D 只在不用 ZeRO（stage 0）时成立。
+#
+# </details>
+
+# %% [markdown]
+# ## 5. A ZeRO-3 hang, and how to end it
+#
+# Under ZeRO-3 every rank gathers a layer's parameters when that layer runs. If one rank skips a layer (a branch
+# that depends on its data), the ranks stop making the same collectives in the same order, and each waits for a
+# partner that never comes: the job hangs, and by default DeepSpeed prints nothing.
+#
+# The next cell reproduces it on two CPU ranks: a three-layer network, every parameter partitioned
+# (`stage3_param_persistence_threshold` 0: the default keeps layers this small whole), and rank 1 skips the middle
+# layer `l1` in step 1. torch.distributed is started with a 10-second timeout
+# (`deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(seconds=10))`), so a stuck rank raises
+# instead of waiting for ever, and each rank reports where it was waiting, read from its traceback. It takes about
+# 15 seconds. <!-- claim: gloo-timeout-ends-zero3-hang -->
+
+# %% [markdown] lang="zh" en="62be2fba28dd"
+# ## 5. 一次 ZeRO-3 挂起，以及如何结束它
+#
+# 在 ZeRO-3 下，每一层运行时每个 rank 都要 gather 这一层的参数。如果某个 rank 跳过了一层（一个依赖于数据的分支），各个 rank 就不再按相同的顺序做相同的集合通信，每个 rank 都在等一个永远不会来的对方：作业挂起，而 DeepSpeed 默认什么也不打印。
+#
+# 下一个单元格在两个 CPU rank 上复现它：一个三层网络，每个参数都被切分（`stage3_param_persistence_threshold` 为 0：默认值会让这么小的层保持完整），rank 1 在第 1 步跳过中间层 `l1`。torch.distributed 启动时设置了 10 秒超时（`deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(seconds=10))`），所以卡住的 rank 会抛出异常而不是永远等下去，每个 rank 都从自己的 traceback 中报告它在等什么。大约需要 15 秒。 <!-- claim: gloo-timeout-ends-zero3-hang -->
+
+# %%
+from zerolab.run import hang
+
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    print(hang.describe(hang.reproduce(fix="none", timeout_s=10)))
+
+# %% [markdown]
+# Neither rank waits for the layer that was skipped. Rank 0 ran every layer and waits in backward, in the
+# reduce-scatter of the gradients; rank 1 waits in forward, at the next layer `l2`, for an all-gather. Both had
+# fetched the whole small model ahead in step 1, along the order step 0 recorded; when rank 1 met `l2` where `l1` was
+# expected, DeepSpeed dropped that order and what it had fetched, and asked for `l2` again. Whichever rank reaches
+# the timeout first raises it; gloo then closes the connection, which ends the other's wait too ("Connection closed
+# by peer"). <!-- claim: zero3-skip-hangs-in-different-collectives -->
+#
+# On a real cluster set the timeout well above your slowest step, and when it fires, read each rank's traceback:
+# which collective, and which line of your model.
+
+# %% [markdown] lang="zh" en="207ffdf30315"
+# 两个 rank 都不是在等被跳过的那一层。rank 0 跑完了每一层，在反向中等待梯度的 reduce-scatter；rank 1 在前向中、在下一层 `l2` 处等待一次 all-gather。在第 1 步，两个 rank 都已沿着第 0 步记录下的顺序预取了整个小模型；当 rank 1 在本该是 `l1` 的位置遇到 `l2` 时，DeepSpeed 丢弃了这个顺序和已经取来的参数，又去请求 `l2`。先到达超时的 rank 抛出超时异常；随后 gloo 关闭连接，另一个 rank 的等待也随之结束（"Connection closed by peer"）。 <!-- claim: zero3-skip-hangs-in-different-collectives -->
+#
+# 在真实集群上，把超时设得远大于最慢的一步；超时触发时，读每个 rank 的 traceback：是哪个集合通信，在你模型的哪一行。
+
+# %% [markdown]
+# ### Exercise 4: the fix (1 point)
+#
+# Which change lets rank 1 skip `l1` safely, both ranks finishing with the same parameters?
+#
+# - A: set `stage3_param_persistence_threshold` high enough that every parameter stays whole on every rank
+# - B: register `l1`'s parameters on the network with `deepspeed.zero.register_external_parameter`
+# - C: set `stage3_prefetch_bucket_size` to 0, so nothing is fetched ahead
+# - D: run `l1` on every rank, and on the rank that skips it add `0 * output.sum()` instead of using its output
+#
+# Set `FIX` to a letter. The next cell runs A, B and D for you (about 30 seconds) once you have answered.
+
+# %% [markdown] lang="zh" en="bfcffb62755f"
+# ### 练习 4：修复（1 分）
+#
+# 下面哪种改动能让 rank 1 安全地跳过 `l1`，使两个 rank 都结束训练并得到相同的参数？
+#
+# - A：把 `stage3_param_persistence_threshold` 设得足够大，让每个参数在每个 rank 上都保持完整
+# - B：用 `deepspeed.zero.register_external_parameter` 把 `l1` 的参数注册到整个网络上
+# - C：把 `stage3_prefetch_bucket_size` 设为 0，什么都不提前取
+# - D：在每个 rank 上都运行 `l1`，在要跳过它的 rank 上不用它的输出，而是加上 `0 * output.sum()`
+#
+# 把 `FIX` 设为一个字母。回答之后，下一个单元格会替你运行 A、B 和 D（大约 30 秒）。
+
+# %% nbgrader={"grade": false, "grade_id": "ex4_hang_fix", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+FIX = "D"
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex4_hang_fix", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson import new_features
+from zerolab.lesson.checks import choice
+from zerolab.lesson.reveal import passed
+
+_letter = choice(FIX, "ABCD", "FIX")
+assert _letter != new_features.letter("FIX", "prefetch_0"), \
+    "FIX is not right: with nothing fetched ahead, the ranks' all-gathers pair up in the wrong order instead"
+assert new_features.is_right("FIX", _letter), \
+    "FIX is not right: what must every rank do at each layer for their collectives to match?"
+### BEGIN HIDDEN TESTS
+from zerolab.lesson.checks_source import off_limits as _off_limits
+
+_off_limits("FIX", ["zerolab.lesson.new_features"], exercise="exercise 4",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.lesson import new_features as _keys
+from zerolab.lesson.checks import choice as _choice, plain as _plain
+
+assert _choice(_plain(FIX, "FIX"), "ABCD", "FIX") == _keys.key("FIX"), "FIX is not right"
+### END HIDDEN TESTS
+passed("FIX")
+
+# %%
+from zerolab.lesson.reveal import revealed
+
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+elif revealed("FIX"):
+    for fix, option in (("persist", "A"), ("external", "B"), ("mask", "D")):
+        print(f"{option}:")
+        print(hang.describe(hang.reproduce(fix=fix, timeout_s=10)))
+
+# %% [markdown]
+# <details><summary>Answer: open it once your test cell says "Right."</summary>
+#
+# **D.** The ranks must make the same collectives in the same order, so every rank runs every module; the skipping
+# rank keeps `l1` in its graph with a zero weight, and its gradients (zeros) are reduced like the others'. A and B
+# still hang: once rank 1 leaves the recorded order, DeepSpeed releases even the parameters it would have kept whole,
+# and fetches them again. C turns the hang into a crash: the ranks' all-gathers pair up in order, `l1`'s against
+# `l2`'s, and gloo aborts on the size that does not match. <!-- claim: zero3-every-rank-runs-every-module --> <!-- claim: zero3-persistence-and-external-parameters-still-hang --> <!-- claim: zero3-prefetch-0-pairs-all-gathers-in-order -->
+#
+# </details>
+
+# %% [markdown] lang="zh" en="291b90f7f7a7"
+# <details><summary>答案：测试单元格输出“正确。”之后再展开</summary>
+#
+# **D。** 各个 rank 必须按相同的顺序做相同的集合通信，所以每个 rank 都要运行每个模块；要跳过的 rank 以零权重把 `l1` 留在计算图里，它的梯度（全为零）和其他梯度一样参与规约。A 和 B 仍会挂起：rank 1 一旦偏离记录下的顺序，DeepSpeed 连本该保持完整的参数也会释放，然后重新去取。C 把挂起变成崩溃：各个 rank 的 all-gather 按顺序配对，`l1` 的对上了 `l2` 的，gloo 发现大小不一致就中止了。 <!-- claim: zero3-every-rank-runs-every-module --> <!-- claim: zero3-persistence-and-external-parameters-still-hang --> <!-- claim: zero3-prefetch-0-pairs-all-gathers-in-order -->
+#
+# </details>
+
+# %% [markdown]
+# ## 6. Which newer feature, when
+#
+# ZeRO itself has not changed since lesson 01; what DeepSpeed added around it each answers one bottleneck. The
+# figures are DeepSpeed's own, from the pages linked (measured on GPUs, not reproducible here):
+#
+# | feature | the bottleneck it attacks | DeepSpeed's published figure | needs |
+# |---|---|---|---|
+# | DeepCompile | ZeRO's collectives sit in Python hooks the compiler cannot schedule | "up to 1.28× speedup over ZeRO-3 on Llama-3-70B" (32 H100, sequence 1024); up to 7× with offloading on half the GPUs ([blog](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepcompile)) | CUDA, torch ≥ 2.6, ZeRO 1-3, `"compile": {"deepcompile": true}` and `engine.compile()` |
+# | ZenFlow | under ZeRO-Offload the GPU waits for the CPU's Adam and for PCIe | "up to 5× end-to-end speed-up over ZeRO-Offload", "> 85% reduction in GPU stalls" ([blog](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepspeed-zenflow)) | CPU optimizer offload at ZeRO 1-2, `zero_optimization.zenflow` |
+# | SuperOffload | offload designed for PCIe under-uses a Superchip's 900 GB/s CPU-GPU link | up to 600 TFLOPS fine-tuning Qwen3-14B on one GH200, "up to 4× higher throughput compared to prior work such as ZeRO-Offload" ([blog](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepspeed-superoffload)) | a Grace-Hopper (or similar) Superchip, ZeRO-3, `offload_optimizer.super_offload` |
+# | AutoTP training | ZeRO-3's gathers cost too much and ZeRO-1/2 do not fit | no speed figure published; the same accuracy as plain ZeRO ([blog](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/huggingface-tp)) | a Hugging Face model, fast links inside the tensor-parallel group, `"tensor_parallel": {"autotp_size": N}` |
+# | Ulysses / ALST | activations grow with the sequence, and ZeRO does not split them | Llama-8B at "500K tokens on a single H100 GPU, 3.7M on a single node, and 15M [...] using just four nodes" ([tutorial](https://www.deepspeed.ai/tutorials/ulysses-alst-sequence-parallelism/)) | attention heads divisible by the ranks, the `mpu` it returns passed to `deepspeed.initialize` |
+# | ZeRO++ | the bytes of ZeRO-3's collectives over a slow network | "reduces communication volume by 4x compared to ZeRO baseline", "up to 2.16x better throughput at 384 GPU scale" ([tutorial](https://www.deepspeed.ai/tutorials/zeropp/), [paper](https://arxiv.org/abs/2306.10209)) | ZeRO-3, `zero_quantized_weights`, `zero_hpz_partition_size`, `zero_quantized_gradients` |
+
+# %% [markdown] lang="zh" en="f3da4a2d4e55"
+# ## 6. 什么时候用哪个新特性
+#
+# 从第 01 课以来 ZeRO 本身没有变；DeepSpeed 在它周围新增的东西，各自针对一个瓶颈。下面的数字是 DeepSpeed 自己公布的，出自所附链接的页面（在 GPU 上测得，这里无法复现）：
+#
+# | 特性 | 它针对的瓶颈 | DeepSpeed 公布的数字 | 需要 |
+# |---|---|---|---|
+# | DeepCompile | ZeRO 的集合通信藏在编译器无法调度的 Python 钩子里 | "up to 1.28× speedup over ZeRO-3 on Llama-3-70B"（32 张 H100，序列长度 1024）；开启卸载、只用一半 GPU 时最高 7 倍（[博客](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepcompile)） | CUDA、torch ≥ 2.6、ZeRO 1-3、`"compile": {"deepcompile": true}` 以及 `engine.compile()` |
+# | ZenFlow | 在 ZeRO-Offload 下，GPU 要等 CPU 上的 Adam 和 PCIe | "up to 5× end-to-end speed-up over ZeRO-Offload"、"> 85% reduction in GPU stalls"（[博客](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepspeed-zenflow)） | ZeRO 1-2 下的 CPU 优化器卸载、`zero_optimization.zenflow` |
+# | SuperOffload | 为 PCIe 设计的卸载用不满超级芯片 900 GB/s 的 CPU-GPU 链路 | 在一块 GH200 上全参数微调 Qwen3-14B 最高 600 TFLOPS，"up to 4× higher throughput compared to prior work such as ZeRO-Offload"（[博客](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepspeed-superoffload)） | Grace-Hopper（或类似的）超级芯片、ZeRO-3、`offload_optimizer.super_offload` |
+# | AutoTP 训练 | ZeRO-3 的 gather 代价太高，而 ZeRO-1/2 又放不下 | 没有公布速度数字；精度与普通 ZeRO 相同（[博客](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/huggingface-tp)） | Hugging Face 模型、张量并行组内部的高速链路、`"tensor_parallel": {"autotp_size": N}` |
+# | Ulysses / ALST | 激活随序列长度增长，而 ZeRO 不切分激活 | Llama-8B 上 "500K tokens on a single H100 GPU, 3.7M on a single node, and 15M [...] using just four nodes"（[教程](https://www.deepspeed.ai/tutorials/ulysses-alst-sequence-parallelism/)） | 注意力头数能被 rank 数整除、把它返回的 `mpu` 传给 `deepspeed.initialize` |
+# | ZeRO++ | 慢速网络上 ZeRO-3 集合通信的字节数 | "reduces communication volume by 4x compared to ZeRO baseline"、"up to 2.16x better throughput at 384 GPU scale"（[教程](https://www.deepspeed.ai/tutorials/zeropp/)、[论文](https://arxiv.org/abs/2306.10209)） | ZeRO-3、`zero_quantized_weights`、`zero_hpz_partition_size`、`zero_quantized_gradients` |
+
+# %% [markdown]
+# ### Exercise 5: pick the feature (2 points)
+#
+# For each situation, the first feature to reach for, by the bottleneck it names:
+#
+# - **S1**: Llama-3-70B, ZeRO-3 on 32 H100 (4 nodes, 8 × 400 Gb/s InfiniBand each), sequence 1024. It fits with
+#   room to spare, but the profiler shows each all-gather issued just in time, not overlapped, on a wire far from
+#   full.
+# - **S2**: full fine-tuning of Llama-2-7B on one server with 4 A100-40GB on PCIe Gen4. ZeRO-2 alone runs out of
+#   memory, so the optimizer was offloaded to the CPU; the step went from 0.5 s to over 7 s, the GPUs idle most of it.
+# - **S3**: full fine-tuning of Qwen3-14B on one GH200 (96 GB of HBM, 480 GB on the Grace CPU, NVLink-C2C between
+#   them); 14B × 16 bytes of model states do not fit in the HBM.
+# - **S4**: Llama-3.1-8B on 256K-token documents on one node of 8 H100-80GB. ZeRO-3 runs out of memory above 32K
+#   tokens, although the model states are only 16 GB a GPU.
+# - **S5**: a 30B GPT pre-trained with ZeRO-3 on 384 GPUs (48 nodes of 8) joined by one 100 Gb/s network; the step
+#   time is cross-node all-gather and reduce-scatter.
+#
+# Set `PICKS` to a dict from `"S1"`…`"S5"` to one of `"deepcompile"`, `"zenflow"`, `"superoffload"`, `"autotp"`,
+# `"ulysses"`, `"zeropp"`. A wrong pick is answered with the reason it does not fit.
+
+# %% [markdown] lang="zh" en="65510cbf787d"
+# ### 练习 5：选出特性（2 分）
+#
+# 对每个场景，按它点出的瓶颈，选出最先应该用的特性：
+#
+# - **S1**：Llama-3-70B，在 32 张 H100 上用 ZeRO-3（4 个节点，每个节点 8 × 400 Gb/s InfiniBand），序列长度 1024。显存绰绰有余，但 profiler 显示每次 all-gather 都是临用时才发出、没有重叠，而网络远没有跑满。
+# - **S2**：在一台装有 4 张 A100-40GB、PCIe Gen4 的服务器上全参数微调 Llama-2-7B。只用 ZeRO-2 会显存不足，于是把优化器卸载到了 CPU；每步时间从 0.5 秒涨到 7 秒以上，GPU 大部分时间在空等。
+# - **S3**：在一块 GH200 上全参数微调 Qwen3-14B（96 GB HBM，Grace CPU 上 480 GB 内存，两者之间是 NVLink-C2C）；14B × 16 字节的模型状态放不进 HBM。
+# - **S4**：在一个 8 × H100-80GB 的节点上用 256K token 的文档训练 Llama-3.1-8B。超过 32K token 时 ZeRO-3 就显存不足，尽管每张 GPU 上的模型状态只有 16 GB。
+# - **S5**：在 384 张 GPU（48 个节点，每个 8 张）上用 ZeRO-3 预训练一个 30B 的 GPT，节点之间只有一张 100 Gb/s 的网络；每步的时间都花在跨节点的 all-gather 和 reduce-scatter 上。
+#
+# 把 `PICKS` 设为一个 dict，键是 `"S1"`…`"S5"`，值是 `"deepcompile"`、`"zenflow"`、`"superoffload"`、`"autotp"`、`"ulysses"`、`"zeropp"` 之一。选错时，反馈会说明它为什么不合适。
+
+# %% nbgrader={"grade": false, "grade_id": "ex5_picks", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+PICKS = {"S1": "deepcompile", "S2": "zenflow", "S3": "superoffload", "S4": "ulysses", "S5": "zeropp"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_ex5_picks", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from zerolab.lesson import new_features
+from zerolab.lesson.checks import choice, dict_keys
+from zerolab.lesson.reveal import passed
+
+_picks = dict_keys(PICKS, new_features.SITUATIONS, "PICKS")
+for _situation in new_features.SITUATIONS:
+    _feature = choice(_picks[_situation], new_features.FEATURES, f"PICKS[{_situation!r}]")
+    _why_not = new_features.why_not(_situation, _feature)
+    if _why_not is not None:
+        _changes, _limit = _why_not
+        raise AssertionError(f"PICKS[{_situation!r}] is not right: {_changes}; {_limit}")
+### BEGIN HIDDEN TESTS
+from zerolab.lesson.checks_source import off_limits as _off_limits
+
+_off_limits("PICKS", ["zerolab.lesson.new_features"], exercise="exercise 5",
+            instead="write your own answer: the course's answer key is what grades it")
+from zerolab.lesson import new_features as _keys
+from zerolab.lesson.checks import choice as _choice, plain as _plain
+
+_given = _plain(PICKS, "PICKS")
+assert {_s: _choice(_given[_s], _keys.FEATURES, _s) for _s in _keys.SITUATIONS} == _keys.PICKS, "PICKS is not right"
+### END HIDDEN TESTS
+passed("PICKS")
+
+# %% [markdown]
+# ## Summary
+#
+# - With `bf16_master_weights_and_grads` and `bf16_optimizer_states`, K is 6 bytes per parameter, not 12,
+#   partitioned as before; the price is the precision of small updates.
+# - Muon keeps one momentum per matrix in the gradients' dtype, where Adam keeps two fp32 moments; at stages 1-2 a
+#   matrix that straddles two partitions keeps its momentum on both ranks.
+# - On a ZeRO engine `loss.backward()` trains as `engine.backward(loss)` does; do not divide by the accumulation
+#   steps yourself.
+# - Every ZeRO-3 rank must run every module in the same order; a timeout turns a hang into a traceback that says
+#   where each rank waited.
+# - DeepSpeed's newer features each attack one bottleneck: find yours first.
+#
+# Not yet in this lesson (the course's next steps): host memory when every rank loads a pretrained model without
+# `zero.Init`, and ZeRO++'s traffic computed and run.
+
+# %% [markdown] lang="zh" en="6a68418624c4"
+# ## 小结
+#
+# - 打开 `bf16_master_weights_and_grads` 和 `bf16_optimizer_states` 后，K 是每个参数 6 字节而不是 12 字节，切分方式不变；代价是小更新的精度。
+# - Muon 为每个矩阵保存一个与梯度同类型的动量，而 Adam 保存两个 fp32 动量；在 stage 1-2，跨两个分区的矩阵会在两个 rank 上都保存动量。
+# - 在 ZeRO 引擎上，`loss.backward()` 的训练结果与 `engine.backward(loss)` 相同；不要自己再除以累积步数。
+# - 每个 ZeRO-3 rank 都必须按相同的顺序运行每个模块；超时能把挂起变成一个 traceback，说明每个 rank 在哪里等待。
+# - DeepSpeed 的新特性各自针对一个瓶颈：先找到你的瓶颈。
+#
+# 本课暂未涉及（课程的下一步）：每个 rank 不用 `zero.Init` 加载预训练模型时的主机内存，以及 ZeRO++ 通信量的计算与实测。
+
+# %% [markdown]
+# ## References
+#
+# - DeepSpeed 0.18.3 core API update (bf16 master weights and optimizer states, `loss.backward()`):
+#   [blogs/core_api_update](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/core_api_update)
+# - Muon in DeepSpeed: `deepspeed/runtime/zero/muon/` in DeepSpeed 0.19.8
+# - The features of section 6: the blogs and tutorials linked in its table
+# - `torch.distributed.init_process_group(timeout=...)`: PyTorch's distributed documentation
+
+# %% [markdown] lang="zh" en="71fef693b0bb"
+# ## 参考资料
+#
+# - DeepSpeed 0.18.3 核心 API 更新（bf16 主权重与优化器状态、`loss.backward()`）：[blogs/core_api_update](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/core_api_update)
+# - DeepSpeed 中的 Muon：DeepSpeed 0.19.8 的 `deepspeed/runtime/zero/muon/`
+# - 第 6 节的各个特性：见该节表格中的博客和教程链接
+# - `torch.distributed.init_process_group(timeout=...)`：PyTorch 的分布式文档
