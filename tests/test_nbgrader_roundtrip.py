@@ -5,7 +5,11 @@
                                                                      (the run does not stop at the first stub);
 - "only_<grade_id>": the release with that one exercise's solution -> exactly that exercise's points, 0 elsewhere.
 The last fails when an exercise's solution or its tests lean on another exercise (an earlier TODO left as
-`raise NotImplementedError()`), or when one answer earns points in someone else's test cell.
+`raise NotImplementedError()`), or when one answer earns points in someone else's test cell. A lesson with many
+exercises (lesson 07's questions) gets the same guarantee from fewer notebooks: for each bit of an exercise's index,
+one notebook with the exercises whose bit is 1 solved and one with the rest. Any two exercises differ in some bit, so
+each pair is split once each way: a test leaning on another exercise fails there, and an answer earning points in
+another exercise's cell shows there.
 The expected points come from the cell metadata of the lesson source (autograder/src), not from nbgrader.
 One generate_assignment and one autograde call per lesson for all its students.
 """
@@ -81,8 +85,9 @@ def test_autograde_solved_untouched_and_each_exercise_alone(course_root, name):
 
     submit(course_root, name, "solved", source)
     submit(course_root, name, "untouched", release)
-    for grade_id in solved:
-        submit(course_root, name, f"only_{grade_id}", with_solutions(release, source, only=[grade_id]))
+    subsets = split_apart(solved)
+    for student, chosen in subsets.items():
+        submit(course_root, name, student, with_solutions(release, source, only=chosen))
     rc, log = nbgrader(course_root, "autograde", name, "--force")
     assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
 
@@ -90,9 +95,30 @@ def test_autograde_solved_untouched_and_each_exercise_alone(course_root, name):
     assert scores(course_root, name, "untouched", points) == {gid: 0 for gid in points}, \
         "the untouched release should score 0 on every test cell (None = the cell was not graded)"
     wrong = {}
-    for grade_id in solved:
-        expected = {gid: (pts if gid == "test_" + grade_id else 0) for gid, pts in points.items()}
-        got = scores(course_root, name, f"only_{grade_id}", points)
+    for student, chosen in subsets.items():
+        expected = {gid: (pts if gid[len("test_"):] in chosen else 0) for gid, pts in points.items()}
+        got = scores(course_root, name, student, points)
         if got != expected:
-            wrong[grade_id] = {gid: f"got {got[gid]}, want {expected[gid]}" for gid in points if got[gid] != expected[gid]}
-    assert not wrong, f"{name}: with only one exercise solved, these scores are off: {wrong}"
+            wrong[student] = {gid: f"got {got[gid]}, want {expected[gid]}" for gid in points if got[gid] != expected[gid]}
+    assert not wrong, f"{name}: with only these exercises solved ({subsets}), these scores are off: {wrong}"
+
+
+def split_apart(exercises):
+    """{student: [exercises solved]} such that any two exercises are solved apart, each without the other: one
+    student per exercise, or, with fewer students, two per bit of the exercise's index."""
+    bits = max(1, (len(exercises) - 1).bit_length())
+    if len(exercises) <= 2 * bits:
+        return {f"only_{grade_id}": [grade_id] for grade_id in exercises}
+    return {f"bit{bit}_{value}": [gid for i, gid in enumerate(exercises) if (i >> bit) & 1 == value]
+            for bit in range(bits) for value in (0, 1)}
+
+
+def test_split_apart_separates_every_pair_both_ways():
+    for count in (1, 3, 6, 7, 26):
+        exercises = [f"ex{i}" for i in range(count)]
+        subsets = split_apart(exercises)
+        assert len(subsets) <= max(count, 1)
+        for a in exercises:
+            for b in exercises:
+                if a != b:
+                    assert any(a in chosen and b not in chosen for chosen in subsets.values()), (count, a, b)

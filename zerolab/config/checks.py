@@ -7,7 +7,7 @@ Every check takes (config, world_size) and is listed in CHECKS, in report order.
 import difflib
 
 from zerolab.config.findings import Finding
-from zerolab.config.precision import bf16_block
+from zerolab.engine.config_precision import bf16_block
 
 PRECISION_BLOCKS = ("fp16", "bf16", "bfloat16")
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")

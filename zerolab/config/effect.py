@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from zerolab.engine import comm, memory
 from zerolab.config.checks import zero_block, zero_stage
 from zerolab.config.load import load_config
-from zerolab.config.precision import master_and_moments, training_precision
+from zerolab.engine.config_precision import master_and_moments, training_precision
 from zerolab.errors import UserError
 from zerolab.engine.units import parse_count
 

@@ -4,7 +4,7 @@ The letters are placed so that no letter is right for more than about a third of
 option lists follow this order (tests/test_no_answers_in_sight.py compares them), and its tests take the key from
 ``key`` rather than from a letter typed into a cell.
 """
-LETTERS = "ABCD"
+from zerolab.lesson.keyed import LETTERS, Keyed
 
 # question -> ((option id, the option's English text), ...) in the order the lesson lists them
 OPTIONS = {
@@ -75,20 +75,8 @@ RIGHT = {"Q23": "k_6_partitioned", "Q24": "one_bf16_momentum", "Q02": "master_an
          "Q19": "hf_activations", "Q20": "shards", "Q21": "universal", "Q22": "placeholders"}
 
 
-def letter(question, option):
-    """The letter under which the lesson lists ``option`` (an option id) of ``question``."""
-    ids = [option_id for option_id, _ in OPTIONS[question]]
-    return LETTERS[ids.index(option)]
-
-
-def key(question):
-    """The right letter of ``question``."""
-    return letter(question, RIGHT[question])
-
-
-def is_right(question, answer):
-    """Whether ``answer`` (a letter, as zerolab.lesson.checks.choice returns it) is the right one."""
-    return answer == key(question)
+_KEYED = Keyed(OPTIONS, RIGHT)
+letter, key, is_right = _KEYED.letter, _KEYED.key, _KEYED.is_right
 
 
 # Two answers that are not letters, kept here so that no visible test shows them.

@@ -3,7 +3,7 @@
 As for lesson 07 (zerolab.lesson.drill), the lesson's tests take the key from ``key`` rather than from a letter typed
 into a cell, and a cell that reads this module is graded 0 (off_limits in the hidden tests).
 """
-LETTERS = "ABCD"
+from zerolab.lesson.keyed import LETTERS, Keyed
 
 # question -> ((option id, the option's English text), ...) in the order the lesson lists them
 OPTIONS = {
@@ -26,19 +26,8 @@ OPTIONS = {
 RIGHT = {"BACKWARD": "plain", "FIX": "every_rank_runs_it"}
 
 
-def letter(question, option):
-    """The letter under which the lesson lists ``option`` (an option id) of ``question``."""
-    return LETTERS[[option_id for option_id, _ in OPTIONS[question]].index(option)]
-
-
-def key(question):
-    """The right letter of ``question``."""
-    return letter(question, RIGHT[question])
-
-
-def is_right(question, answer):
-    """Whether ``answer`` (a letter, as zerolab.lesson.checks.choice returns it) is the right one."""
-    return answer == key(question)
+_KEYED = Keyed(OPTIONS, RIGHT)
+letter, key, is_right = _KEYED.letter, _KEYED.key, _KEYED.is_right
 
 
 # Exercise 5: the first feature to reach for in each situation, and why each other one does not fit. The reasons

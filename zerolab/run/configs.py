@@ -1,5 +1,5 @@
 """The ds_config a run trains under: built from a few knobs, or read back into those knobs for the prediction."""
-from zerolab.config.precision import master_and_moments
+from zerolab.engine.config_precision import master_and_moments
 from zerolab.errors import UserError
 from zerolab.engine.memory import DEVICES, STAGES
 

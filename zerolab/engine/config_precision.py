@@ -1,6 +1,7 @@
 """What a ds_config says about precision, read as DeepSpeed 0.19.8's config class reads it: the dtype it trains
 in, and the dtype of the master weights and Adam moments its ZeRO optimizer keeps. One reader for the config
-doctor, `zerolab diff`/`explain` and `zerolab run` ("bfloat16" is the bf16 block's alias)."""
+doctor, `zerolab diff`/`explain` and `zerolab run` ("bfloat16" is the bf16 block's alias); it lives with the engine
+because both of those read it and neither may import the other."""
 
 BF16_BLOCKS = ("bf16", "bfloat16")
 
