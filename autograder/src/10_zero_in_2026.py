@@ -392,7 +392,7 @@ passed("BACKWARD")
 #
 # Under ZeRO-3 every rank gathers a layer's parameters when that layer runs. If one rank skips a layer (a branch
 # that depends on its data), the ranks stop making the same collectives in the same order, and each waits for a
-# partner that never comes: the job hangs, and by default DeepSpeed prints nothing.
+# partner that never comes: the job hangs.
 #
 # The next cell reproduces it on two CPU ranks: a three-layer network, every parameter partitioned
 # (`stage3_param_persistence_threshold` 0: the default keeps layers this small whole), and rank 1 skips the middle
@@ -401,10 +401,10 @@ passed("BACKWARD")
 # instead of waiting for ever, and each rank reports where it was waiting, read from its traceback. It takes about
 # 15 seconds. <!-- claim: gloo-timeout-ends-zero3-hang -->
 
-# %% [markdown] lang="zh" en="62be2fba28dd"
+# %% [markdown] lang="zh" en="ad86275a7ecc"
 # ## 5. 一次 ZeRO-3 挂起，以及如何结束它
 #
-# 在 ZeRO-3 下，每一层运行时每个 rank 都要 gather 这一层的参数。如果某个 rank 跳过了一层（一个依赖于数据的分支），各个 rank 就不再按相同的顺序做相同的集合通信，每个 rank 都在等一个永远不会来的对方：作业挂起，而 DeepSpeed 默认什么也不打印。
+# 在 ZeRO-3 下，每一层运行时每个 rank 都要 gather 这一层的参数。如果某个 rank 跳过了一层（一个依赖于数据的分支），各个 rank 就不再按相同的顺序做相同的集合通信，每个 rank 都在等一个永远不会来的对方：作业挂起。
 #
 # 下一个单元格在两个 CPU rank 上复现它：一个三层网络，每个参数都被切分（`stage3_param_persistence_threshold` 为 0：默认值会让这么小的层保持完整），rank 1 在第 1 步跳过中间层 `l1`。torch.distributed 启动时设置了 10 秒超时（`deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(seconds=10))`），所以卡住的 rank 会抛出异常而不是永远等下去，每个 rank 都从自己的 traceback 中报告它在等什么。大约需要 15 秒。 <!-- claim: gloo-timeout-ends-zero3-hang -->
 
@@ -517,7 +517,7 @@ elif revealed("FIX"):
 # ZeRO itself has not changed since lesson 01; what DeepSpeed added around it each answers one bottleneck. The
 # figures are DeepSpeed's own, from the pages linked (measured on GPUs, not reproducible here):
 #
-# | feature | the bottleneck it attacks | DeepSpeed's published figure | needs |
+# | feature | the bottleneck it attacks | DeepSpeed's published figure | what DeepSpeed's pages say it needs |
 # |---|---|---|---|
 # | DeepCompile | ZeRO's collectives sit in Python hooks the compiler cannot schedule | "up to 1.28× speedup over ZeRO-3 on Llama-3-70B" (32 H100, sequence 1024); up to 7× with offloading on half the GPUs ([blog](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepcompile)) | CUDA, torch ≥ 2.6, ZeRO 1-3, `"compile": {"deepcompile": true}` and `engine.compile()` |
 # | ZenFlow | under ZeRO-Offload the GPU waits for the CPU's Adam and for PCIe | "up to 5× end-to-end speed-up over ZeRO-Offload", "> 85% reduction in GPU stalls" ([blog](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepspeed-zenflow)) | CPU optimizer offload at ZeRO 1-2, `zero_optimization.zenflow` |
@@ -526,12 +526,12 @@ elif revealed("FIX"):
 # | Ulysses / ALST | activations grow with the sequence, and ZeRO does not split them | Llama-8B at "500K tokens on a single H100 GPU, 3.7M on a single node, and 15M [...] using just four nodes" ([tutorial](https://www.deepspeed.ai/tutorials/ulysses-alst-sequence-parallelism/)) | attention heads divisible by the ranks, the `mpu` it returns passed to `deepspeed.initialize` |
 # | ZeRO++ | the bytes of ZeRO-3's collectives over a slow network | "reduces communication volume by 4x compared to ZeRO baseline", "up to 2.16x better throughput at 384 GPU scale" ([tutorial](https://www.deepspeed.ai/tutorials/zeropp/), [paper](https://arxiv.org/abs/2306.10209)) | ZeRO-3, `zero_quantized_weights`, `zero_hpz_partition_size`, `zero_quantized_gradients` |
 
-# %% [markdown] lang="zh" en="f3da4a2d4e55"
+# %% [markdown] lang="zh" en="243f61a4ec5a"
 # ## 6. 什么时候用哪个新特性
 #
 # 从第 01 课以来 ZeRO 本身没有变；DeepSpeed 在它周围新增的东西，各自针对一个瓶颈。下面的数字是 DeepSpeed 自己公布的，出自所附链接的页面（在 GPU 上测得，这里无法复现）：
 #
-# | 特性 | 它针对的瓶颈 | DeepSpeed 公布的数字 | 需要 |
+# | 特性 | 它针对的瓶颈 | DeepSpeed 公布的数字 | DeepSpeed 的页面说它需要什么 |
 # |---|---|---|---|
 # | DeepCompile | ZeRO 的集合通信藏在编译器无法调度的 Python 钩子里 | "up to 1.28× speedup over ZeRO-3 on Llama-3-70B"（32 张 H100，序列长度 1024）；开启卸载、只用一半 GPU 时最高 7 倍（[博客](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepcompile)） | CUDA、torch ≥ 2.6、ZeRO 1-3、`"compile": {"deepcompile": true}` 以及 `engine.compile()` |
 # | ZenFlow | 在 ZeRO-Offload 下，GPU 要等 CPU 上的 Adam 和 PCIe | "up to 5× end-to-end speed-up over ZeRO-Offload"、"> 85% reduction in GPU stalls"（[博客](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/deepspeed-zenflow)） | ZeRO 1-2 下的 CPU 优化器卸载、`zero_optimization.zenflow` |

@@ -47,7 +47,7 @@ LESSONS = (
            needs=("deepspeed",),
            title_zh="先预测，再实测", goal_zh="在 CPU rank 上（有 GPU 时也在 GPU 上）实际运行各个 ZeRO 阶段，并与第 01 课的计算对照"),
     Lesson("07_interview_drill", "Interview drill",
-           "answer the classic ZeRO questions, with the popular wrong figures corrected",
+           "answer the classic ZeRO questions, with the popular wrong figures corrected", needs=("deepspeed",),
            title_zh="面试演练", goal_zh="回答 ZeRO 的经典面试题，并纠正流传甚广的错误数字"),
     Lesson("08_zero_from_scratch", "ZeRO from scratch",
            "write ZeRO-1, ZeRO-2 (gradients reduced from hooks) and ZeRO-3 (parameters gathered per layer) in "

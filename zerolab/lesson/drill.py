@@ -76,7 +76,23 @@ RIGHT = {"Q23": "k_6_partitioned", "Q24": "one_bf16_momentum", "Q02": "master_an
 
 
 _KEYED = Keyed(OPTIONS, RIGHT)
-letter, key, is_right = _KEYED.letter, _KEYED.key, _KEYED.is_right
+
+
+# Functions of this module, not the Keyed object's methods: a learner's cell that calls them is refused as using
+# this module (zerolab.lesson.checks_source.off_limits matches what a call names by its module).
+def letter(question, option):
+    """The letter under which the lesson lists ``option`` (an option id) of ``question``."""
+    return _KEYED.letter(question, option)
+
+
+def key(question):
+    """The right letter of ``question``."""
+    return _KEYED.key(question)
+
+
+def is_right(question, answer):
+    """Whether ``answer`` (a letter, as zerolab.lesson.checks.choice returns it) is the right one."""
+    return _KEYED.is_right(question, answer)
 
 
 # Two answers that are not letters, kept here so that no visible test shows them.

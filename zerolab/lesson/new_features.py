@@ -27,7 +27,23 @@ RIGHT = {"BACKWARD": "plain", "FIX": "every_rank_runs_it"}
 
 
 _KEYED = Keyed(OPTIONS, RIGHT)
-letter, key, is_right = _KEYED.letter, _KEYED.key, _KEYED.is_right
+
+
+# Functions of this module, not the Keyed object's methods: a learner's cell that calls them is refused as using
+# this module (zerolab.lesson.checks_source.off_limits matches what a call names by its module).
+def letter(question, option):
+    """The letter under which the lesson lists ``option`` (an option id) of ``question``."""
+    return _KEYED.letter(question, option)
+
+
+def key(question):
+    """The right letter of ``question``."""
+    return _KEYED.key(question)
+
+
+def is_right(question, answer):
+    """Whether ``answer`` (a letter, as zerolab.lesson.checks.choice returns it) is the right one."""
+    return _KEYED.is_right(question, answer)
 
 
 # Exercise 5: the first feature to reach for in each situation, and why each other one does not fit. The reasons
