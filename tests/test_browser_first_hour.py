@@ -29,8 +29,9 @@ from zerolab.base.i18n import translate
 pytest.importorskip("playwright.sync_api", reason="pip install -r scripts/requirements-grading.txt")
 pytestmark = NEEDS_CHROMIUM
 
-# Lessons 06 and 09 train real DeepSpeed ranks for minutes; their Run All is left to the kernel-level test.
-REAL_RUNS = {"06_predict_then_measure", "09_checkpoints"}
+# Lessons 06, 09 and 10 train real DeepSpeed ranks (10 also waits out a hang's timeout); their Run All is left to
+# the kernel-level test (tests/test_no_answers_in_sight.py).
+REAL_RUNS = {"06_predict_then_measure", "09_checkpoints", "10_zero_in_2026"}
 LESSONS = sorted(p.stem for p in (ROOT / "autograder" / "src").glob("[0-9]*.py") if p.stem not in REAL_RUNS)
 CASES = ([("jupyterlab", "en", name) for name in LESSONS]
          + [("notebook7", "zh", name) for name in ("04_writing_the_config", "05_config_doctor", "08_zero_from_scratch")]
