@@ -39,8 +39,5 @@ def resume_run(config, load_dir, ranks=3, steps=1, model=SMALL, tag=None, save_d
 
 def _launch(job, ranks, timeout, progress):
     from zerolab.run.launch import launch
-    from zerolab.run.progress import Progress
 
-    shown = Progress() if progress is True else progress
-    return launch(job, ranks, timeout=timeout, on_event=shown and shown.on_event, on_tick=shown and shown.on_tick,
-                  worker="zerolab.ckpt.worker")
+    return launch(job, ranks, timeout=timeout, progress=progress, worker="zerolab.ckpt.worker")

@@ -28,7 +28,6 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     """
     from zerolab.run.launch import launch
     from zerolab.run.model import TinyGPT, count_params, largest_layer_params, muon_layout
-    from zerolab.run.progress import Progress
     from zerolab.engine.deepspeed_traffic import step_traffic
     from zerolab.run.report import RunResult, predict, predict_muon
 
@@ -60,9 +59,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     sizes = [p.numel() for p in shape.parameters()]
     layout = muon_layout(shape) if rule == "muon" else None
     job = {"config": config, "model": model.as_dict(), "steps": steps, "device": device, "fail_rank": fail_rank}
-    shown = Progress() if progress is True else progress
-    ranks_measured = launch(job, ranks, timeout=timeout, on_event=shown and shown.on_event,
-                            on_tick=shown and shown.on_tick)
+    ranks_measured = launch(job, ranks, timeout=timeout, progress=progress)
     losses = [rank["loss"] for rank in ranks_measured]
     setup = {"stage": stage, "offload_optimizer": offload_optimizer, "offload_param": offload_param,
              "precision": precision, "master": master, "moments": moments, "update_rule": rule, "ranks": ranks,

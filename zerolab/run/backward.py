@@ -32,11 +32,8 @@ def job(stage, steps=2, model=None, return_params=False):
 def compare(stage, ranks=2, steps=2, progress=True):
     """[per rank] {mode: {"grad_norms": [...], "max_param_difference": float}} of a real run on CPU ranks."""
     from zerolab.run.launch import launch
-    from zerolab.run.progress import Progress
 
-    shown = Progress() if progress else None
-    return launch(job(stage, steps), ranks, timeout=300, on_event=shown and shown.on_event,
-                  on_tick=shown and shown.on_tick, worker="zerolab.run.backward")
+    return launch(job(stage, steps), ranks, timeout=300, progress=progress, worker="zerolab.run.backward")
 
 
 def table(results, rank=0):

@@ -35,11 +35,8 @@ def reproduce(fix="none", timeout_s=10, progress=True):
     """[per rank] {"finished": bool, "param_sum": float or None, "error": str, "collective": str, "model_line": str,
     "phase": "forward" or "backward"} of a real run on 2 CPU ranks."""
     from zerolab.run.launch import launch
-    from zerolab.run.progress import Progress
 
-    shown = Progress() if progress else None
-    return launch(job(fix, timeout_s), 2, timeout=120 + 3 * timeout_s, on_event=shown and shown.on_event,
-                  on_tick=shown and shown.on_tick, worker="zerolab.run.hang")
+    return launch(job(fix, timeout_s), 2, timeout=120 + 3 * timeout_s, progress=progress, worker="zerolab.run.hang")
 
 
 def describe(results):

@@ -37,11 +37,18 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def launch(job, ranks, timeout=600, on_event=None, on_tick=None, worker="zerolab.run.worker"):
+def launch(job, ranks, timeout=600, on_event=None, on_tick=None, worker="zerolab.run.worker", progress=None):
     """Run ``job`` (config, model, steps, device) on ``ranks`` processes of ``worker``; return each rank's result.
     With $ZEROLAB_RUN_CACHE set (never while grading), an identical job's results come from there
-    (zerolab.run.run_cache)."""
+    (zerolab.run.run_cache). ``progress``: True shows the ranks' progress in place (zerolab.run.progress), a
+    Progress object shows it there; it stands in for ``on_event`` and ``on_tick``."""
     from zerolab.run.run_cache import through_cache
+
+    if progress:
+        from zerolab.run.progress import Progress
+
+        shown = Progress() if progress is True else progress
+        on_event, on_tick = shown.on_event, shown.on_tick
 
     return through_cache(job, ranks, worker,
                          lambda job, on_event: _launch(job, ranks, timeout, on_event, on_tick, worker), on_event)
