@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from zerolab.run.worker import emit, serve
+from zerolab.run.worker import emit, serve, start_cpu_rank
 
 # claim: universal-info-needed-at-stages-1-2
 def universal_info():
@@ -32,14 +32,9 @@ def main(job_path):
 def run_job(job, rank):
     import torch
 
-    torch.set_num_threads(1)
-    import deepspeed
-
     from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch
-    from zerolab.run.op_cache import skip_shm_comm_op
 
-    skip_shm_comm_op()
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed = start_cpu_rank()
     spec = ModelSpec(**job["model"])
     torch.manual_seed(0)
     model = TinyGPT(spec)

@@ -12,7 +12,7 @@ and how far its parameters end from the ``engine.backward`` run's:
 The optimizer is torch's SGD with clipping off: Adam's update hardly moves when every gradient is scaled by the same
 factor, and DeepSpeed's default clipping (1.0) would rescale large gradients anyway, hiding the difference.
 """
-from zerolab.run.worker import emit, serve
+from zerolab.run.worker import emit, serve, start_cpu_rank
 
 MODES = ("engine", "plain", "plain, loss / gas")
 ACCUMULATION = 2
@@ -58,14 +58,9 @@ def main(job_path):
 def run_job(job, rank):
     import torch
 
-    torch.set_num_threads(1)
-    import deepspeed
-
     from zerolab.run.model import ModelSpec, TinyGPT, synthetic_batch
-    from zerolab.run.op_cache import skip_shm_comm_op
 
-    skip_shm_comm_op()
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed = start_cpu_rank()
     spec = ModelSpec(**job["model"])
     found, reference = {}, None
     for mode in job["modes"]:

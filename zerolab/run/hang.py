@@ -17,7 +17,7 @@ up in order, and gloo aborts the rank that receives the wrong size, so the run f
 """
 import traceback
 
-from zerolab.run.worker import emit, serve
+from zerolab.run.worker import emit, serve, start_cpu_rank
 
 FIXES = ("none", "mask", "persist", "external", "prefetch0")
 STEPS = 3
@@ -94,17 +94,9 @@ def build(fix, rank, state):
 
 
 def run_job(job, rank):
-    import datetime
-
     import torch
 
-    torch.set_num_threads(1)
-    import deepspeed
-
-    from zerolab.run.op_cache import skip_shm_comm_op
-
-    skip_shm_comm_op()
-    deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(seconds=job["timeout_s"]))
+    deepspeed = start_cpu_rank(timeout_s=job["timeout_s"])
     zero = {"stage": 3, "stage3_param_persistence_threshold": 10**9 if job["fix"] == "persist" else 0}
     if job["fix"] == "prefetch0":
         zero["stage3_prefetch_bucket_size"] = 0

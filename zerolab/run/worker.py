@@ -55,6 +55,24 @@ def serve(job_path, work):
     emit(event="done", rank=rank)
 
 
+def start_cpu_rank(timeout_s=None):
+    """The opening of a one-thread CPU rank (checkpoint jobs, lesson 10's runs): DeepSpeed's shm op skipped, gloo
+    started, with a timeout of ``timeout_s`` seconds on every collective when given. Returns the deepspeed module."""
+    import datetime
+
+    import torch
+
+    torch.set_num_threads(1)
+    import deepspeed
+
+    from zerolab.run.op_cache import skip_shm_comm_op
+
+    skip_shm_comm_op()
+    options = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    deepspeed.init_distributed(dist_backend="gloo", **options)
+    return deepspeed
+
+
 def train(job, rank):
     import torch
 
