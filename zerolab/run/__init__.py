@@ -10,7 +10,8 @@ Importing this package loads neither torch nor DeepSpeed: the ranks are separate
 May import: zerolab.engine, zerolab.base and zerolab.errors.
 """
 from zerolab.errors import UserError
-from zerolab.run.configs import default_precision, describe, low_precision_state, make_config, update_rule
+from zerolab.engine.config_precision import master_and_moments
+from zerolab.run.configs import default_precision, describe, make_config, update_rule
 from zerolab.run.diagnose import RunFailed, RunTimeout
 from zerolab.run.model import ModelSpec
 
@@ -45,7 +46,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
     if device == "cuda":
         _check_gpus(ranks)
     stage, offload_optimizer, offload_param, precision = describe(config)
-    master, moments = low_precision_state(config)
+    master, moments = master_and_moments(config, stage, precision)
     rule = update_rule(config)
     if rule == "muon" and (stage == 0 or "cpu" in (offload_optimizer, offload_param) or master != "fp32"):
         raise UserError("a Muon run is measured next to a prediction at stages 1-3, without offload and with fp32 "

@@ -1,5 +1,4 @@
 """The ds_config a run trains under: built from a few knobs, or read back into those knobs for the prediction."""
-from zerolab.engine.config_precision import master_and_moments
 from zerolab.errors import UserError
 from zerolab.engine.memory import DEVICES, STAGES
 
@@ -58,13 +57,6 @@ def update_rule(config):
     """"muon" when the config asks DeepSpeed for its Muon optimizer, else "adamw"."""
     optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
     return "muon" if str(optimizer.get("type", "")).lower() == "muon" else "adamw"
-
-
-def low_precision_state(config):
-    """(master, moments): "bf16" where the config's bf16 block asks DeepSpeed for bf16 master weights (and
-    gradients) or bf16 Adam moments and its config class accepts them there, else "fp32"."""
-    stage, _, _, precision = describe(config)
-    return master_and_moments(config, stage, precision)
 
 
 def describe(config):
