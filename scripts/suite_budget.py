@@ -4,7 +4,8 @@
     .venv/bin/python scripts/suite_budget.py --durations FILE     # another run's record
     .venv/bin/python scripts/suite_budget.py --update             # write the allowances from the last run
 
-Every run of the suite records each test's seconds (setup, call and teardown together) and the run's wall time
+Every run of the suite records each test's seconds (setup, call and teardown together), the CPU seconds it and its
+children spent (a module far below its seconds is waiting: on a cap, a sleep, a slow peer) and the run's wall time
 in tests/artifacts/durations.json (tests/conftest.py). The budget is 25 minutes of wall time on an idle 2-core
 machine, so at most 2 x 25 worker-minutes of tests. Each test module has an allowance: its share of those
 worker-minutes, in proportion to its seconds in a measured run (plus a quarter, when that run was within the
@@ -26,10 +27,10 @@ WORKERS = 2
 HEADROOM = 1.25
 
 
-def per_module(record):
+def per_module(record, field="seconds"):
     seconds = defaultdict(float)
     for test in record["tests"]:
-        seconds[test["nodeid"].split("::", 1)[0]] += test["seconds"]
+        seconds[test["nodeid"].split("::", 1)[0]] += test.get(field, 0.0)
     return dict(seconds)
 
 
@@ -40,14 +41,16 @@ def minutes(seconds):
 def report(record, allowances, only=None):
     """(lines to print, whether the run is within the budget)."""
     modules = per_module(record)
-    lines = [f"{'module':<46} {'seconds':>8} {'allowed':>8}"]
+    cpu = per_module(record, "cpu_seconds") if any("cpu_seconds" in test for test in record["tests"]) else None
+    lines = [f"{'module':<46} {'seconds':>8} {'allowed':>8}" + (f" {'CPU s':>8}" if cpu else "")]
     for module, seconds in sorted(modules.items(), key=lambda item: -item[1]):
         if only and module not in only:
             continue
         allowed = allowances.get(module)
         flag = "" if allowed is not None and seconds <= allowed else \
             ("  <- no allowance: add it with --update" if allowed is None else "  <- over its allowance")
-        lines.append(f"{module:<46} {seconds:8.0f} {'-' if allowed is None else f'{allowed:8.0f}':>8}{flag}")
+        spent = f" {cpu.get(module, 0.0):8.0f}" if cpu else ""
+        lines.append(f"{module:<46} {seconds:8.0f} {'-' if allowed is None else f'{allowed:8.0f}':>8}{spent}{flag}")
     total = sum(modules.values())
     wall = record.get("wall_seconds")
     within = total <= WORKERS * BUDGET_S and (wall is None or wall <= BUDGET_S)

@@ -100,9 +100,10 @@ def _session_fixtures(item):
             if definitions and definitions[-1].scope == "session" and definitions[-1].baseid.startswith("tests")]
 
 
-# The suite's time, recorded for scripts/suite_budget.py: each test's seconds (setup, call and teardown) and the
-# wall time, in the controlling process (with xdist, the workers' reports reach it too).
-_DURATIONS = {"started": None, "tests": {}}
+# The suite's time, recorded for scripts/suite_budget.py: each test's seconds (setup, call and teardown), the CPU
+# seconds it spent with its children (a test far below its seconds waits: on a timeout, a sleep, a slow peer), and
+# the wall time, in the controlling process (with xdist, the workers' reports reach it too).
+_DURATIONS = {"started": None, "tests": {}, "cpu": {}}
 
 
 def pytest_sessionstart(session):
@@ -126,8 +127,44 @@ def _built_ops():
     return found
 
 
+def _cpu_seconds():
+    """CPU seconds of this process and of its children that ended (subprocess.run's, nbgrader's kernels, ranks)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    started = _cpu_seconds()
+    yield
+    item._cpu_of_phase = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    started = _cpu_seconds()
+    yield
+    item._cpu_of_phase = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    started = _cpu_seconds()
+    yield
+    item._cpu_of_phase = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().user_properties.append(("cpu_seconds", getattr(item, "_cpu_of_phase", 0.0)))
+    item._cpu_of_phase = 0.0
+
+
 def pytest_runtest_logreport(report):
     _DURATIONS["tests"][report.nodeid] = _DURATIONS["tests"].get(report.nodeid, 0.0) + report.duration
+    cpu = sum(value for key, value in report.user_properties if key == "cpu_seconds")
+    _DURATIONS["cpu"][report.nodeid] = _DURATIONS["cpu"].get(report.nodeid, 0.0) + cpu
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -138,7 +175,8 @@ def pytest_terminal_summary(terminalreporter, config):
     if hasattr(config, "workerinput") or not _DURATIONS["tests"]:
         return
     wall = time.monotonic() - _DURATIONS["started"]
-    tests = [{"nodeid": nodeid, "seconds": round(seconds, 3)} for nodeid, seconds in _DURATIONS["tests"].items()]
+    tests = [{"nodeid": nodeid, "seconds": round(seconds, 3), "cpu_seconds": round(_DURATIONS["cpu"].get(nodeid, 0.0), 3)}
+             for nodeid, seconds in _DURATIONS["tests"].items()]
     workers = getattr(config.option, "numprocesses", None) or 1
     record = {"wall_seconds": round(wall, 1), "workers": workers, "load_average": _DURATIONS["load_average"],
               "tests": tests}

@@ -2,9 +2,9 @@
 
 For every exercise, tests/submissions/feedback.py holds plausible wrong answers, each with the words its message
 must contain (the mistake class first), and correct answers in other styles than the course's solution.
-Submission "wrong_<k>" fills every exercise with its k-th wrong answer and "right_<k>" with its k-th right one
-(exercises are graded independently: tests/test_nbgrader_roundtrip.py), so a lesson needs one generate_assignment
-and one autograde call. A wrong answer must score 0 with an AssertionError whose message names the mistake; a right
+Submission "answers_<i>" fills every exercise with its i-th answer, wrong ones first, then right ones (exercises are
+graded independently: tests/test_nbgrader_roundtrip.py), so a lesson needs one generate_assignment and one autograde
+call. A wrong answer must score 0 with an AssertionError whose message names the mistake; a right
 answer must earn full points.
 """
 
@@ -99,6 +99,27 @@ def test_variants_are_enough():
             assert len(variants["wrong"]) >= 5 and len(variants["right"]) >= 3, f"{name} {grade_id}"
 
 
+def packed(exercises):
+    """{(grade_id, "wrong" or "right", k): student}: student "answers_<i>" fills each exercise with its i-th answer,
+    its wrong ones first, then its right ones, so a lesson needs as many notebooks as its exercise with the most
+    answers has. Exercises are graded independently (tests/test_nbgrader_roundtrip.py): a right answer beside
+    another exercise's wrong one still earns its points."""
+    return {(gid, kind, k): f"answers_{index}" for gid, variants in exercises.items()
+            for index, (kind, k) in enumerate([("wrong", k) for k in range(len(variants["wrong"]))] +
+                                              [("right", k) for k in range(len(variants["right"]))])}
+
+
+def source_of(variants, kind, k):
+    return variants[kind][k][0] if kind == "wrong" else variants[kind][k]
+
+
+def test_packing_gives_each_answer_a_notebook_and_no_notebook_two_answers_to_one_exercise():
+    exercises = {"a": {"wrong": [("w", "x")] * 3, "right": ["r"] * 2}, "b": {"wrong": [("w", "x")], "right": ["r"]}}
+    holder = packed(exercises)
+    assert len(holder) == 7 and len(set(holder.values())) == 5
+    assert len({(gid, student) for (gid, _, _), student in holder.items()}) == len(holder)
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course_root, name):
     exercises = VARIANTS[name]
@@ -106,12 +127,10 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
     assert set(exercises) | NOT_COVERED.get(name, set()) == {
         c.metadata["nbgrader"]["grade_id"] for c in exercise_cells(source)}, \
         f"{name}: every exercise needs variants, and only exercises"
-    rounds = {kind: max(len(v[kind]) for v in exercises.values()) for kind in ("wrong", "right")}
-    for kind, count in rounds.items():
-        for k in range(count):
-            answers = {gid: v[kind][k] if kind == "right" else v[kind][k][0]
-                       for gid, v in exercises.items() if k < len(v[kind])}
-            submit(course_root, name, f"{kind}_{k}", with_answers(release, answers))
+    holder = packed(exercises)
+    for student in sorted(set(holder.values())):
+        answers = {gid: source_of(exercises[gid], kind, k) for (gid, kind, k), held in holder.items() if held == student}
+        submit(course_root, name, student, with_answers(release, answers))
     for k, (answers, _, _) in enumerate(CASCADES.get(name, [])):
         submit(course_root, name, f"cascade_{k}", with_answers(release, answers))
     rc, log = nbgrader(course_root, "autograde", name, "--force")
@@ -123,7 +142,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
         test_id = "test_" + grade_id
         for k, (_, words) in enumerate(variants["wrong"]):
             words, absent = (words, None) if isinstance(words, str) else words  # (words, words it must not say)
-            student = f"wrong_{k}"
+            student = holder[grade_id, "wrong", k]
             got = scores(course_root, name, student, [test_id])[test_id]
             error = cell_error(course_root, name, student, test_id)
             if got != 0 or error is None:
@@ -135,7 +154,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
             else:
                 problems += [f"{grade_id} wrong #{k}: {leak}" for leak in expected_in(error[1], namespace)]
         for k in range(len(variants["right"])):
-            student = f"right_{k}"
+            student = holder[grade_id, "right", k]
             got = scores(course_root, name, student, [test_id])[test_id]
             if got != points[test_id]:
                 problems.append(f"{grade_id} right #{k}: scored {got} of {points[test_id]}: "

@@ -1,8 +1,10 @@
 """One autograder for both editions: `zerolab grade` grades Chinese submissions as it grades English ones.
 
 For every lesson (lesson 08's editions are in tests/test_lesson08_grading.py's batch), one `zerolab grade` run
-over the Chinese solutions (full marks: the points of every test cell in the lesson's source, which the English
-solutions earn in tests/test_nbgrader_roundtrip.py) and the untouched Chinese release (0). For lesson 01 a third
+over the Chinese solutions (full marks: the points of every test cell in the lesson's source, cell by cell) and the
+untouched Chinese release (0 on every cell, and every cell graded). The editions share their code cells
+(tests/test_editions.py), so this is also the suite's grading of the whole English solution and release; each
+English exercise alone is graded by tests/test_nbgrader_roundtrip.py. For lesson 01 a third
 student answers the first exercise wrongly in the Chinese edition: the failing test's message reaches them in
 Chinese, although the autograder put back the (shared, English-built) locked test cell; and a fourth, in the
 English edition, gets the same mistake's message in English, with no Chinese anywhere in the notebook.
@@ -66,9 +68,18 @@ def why(course, name, row):
 
 
 def points(name):
-    """The points of every graded cell of the lesson's source: what full marks are."""
+    """{grade_id: points} of every graded cell of the lesson's source: what full marks are."""
     source = read(ROOT / "autograder" / "source" / name / f"{name}.ipynb")
-    return sum(c.metadata["nbgrader"]["points"] for c in source.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in source.cells
+            if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def cell_scores(course, name, student, grade_ids):
+    """{grade_id: auto_score} from nbgrader's gradebook (None: the cell was not graded)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        return {gid: gradebook.find_grade(gid, name, name, student).auto_score for gid in grade_ids}
 
 
 @pytest.mark.parametrize("name", LESSONS)
@@ -83,10 +94,13 @@ def test_chinese_submissions_are_graded_as_the_english_ones(tmp_path, name):
         submissions["en_wrong"] = with_answers(read(ROOT / "lessons" / f"{name}.ipynb"), {grade_id: wrong[1]})
     course = course_with(tmp_path, name, submissions)
     rows = grade(course, name)
-    top = points(name)
+    cells = points(name)
+    top = sum(cells.values())
     assert top > 0 and float(rows["zh_solved"]["max_score"]) == top, rows["zh_solved"]
     assert float(rows["zh_solved"]["score"]) == top, why(course, name, rows["zh_solved"])
-    assert float(rows["zh_untouched"]["score"]) == 0, rows["zh_untouched"]
+    assert cell_scores(course, name, "zh_solved", cells) == cells, why(course, name, rows["zh_solved"])
+    assert cell_scores(course, name, "zh_untouched", cells) == {gid: 0 for gid in cells}, \
+        "the untouched release should score 0 on every test cell (None = the cell was not graded)"
     if wrong:
         messages = {}
         for student in ("zh_wrong", "en_wrong"):
