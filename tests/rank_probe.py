@@ -51,8 +51,9 @@ def _counted(name, method, calls):
 
 
 def deepspeed_initializes(job, namespace):
-    """[{"accepted": bool, "error": its message}] of deepspeed.initialize with each config of job["configs"] on the
-    fixed model, each on a fresh copy of it (tests/test_config_initialize.py)."""
+    """[{"accepted": bool, "error": its message, "optimizer": the engine's optimizer class, "trained": bool}] of
+    deepspeed.initialize with each config of job["configs"] on the fixed model, each on a fresh copy of it, then (with
+    job["train"]) one training step: a key DeepSpeed reads can fail there (tests/test_config_initialize.py)."""
     import deepspeed
 
     from zerolab.handmade.core import model as fixed
@@ -61,12 +62,19 @@ def deepspeed_initializes(job, namespace):
     skip_shm_comm_op()
     outcomes = []
     for config in job["configs"]:
-        net = fixed.build()
+        net, outcome = fixed.build(), {"accepted": False, "error": "", "optimizer": None, "trained": False}
         try:
-            deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
-            outcomes.append({"accepted": True, "error": ""})
-        except Exception as error:  # noqa: BLE001 - any refusal, with DeepSpeed's words
-            outcomes.append({"accepted": False, "error": f"{type(error).__name__}: {error}"})
+            engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
+            outcome.update(accepted=True, optimizer=type(engine.optimizer).__name__)
+            if job.get("train"):
+                inputs, targets = fixed.batch(0)
+                micro = engine.train_micro_batch_size_per_gpu()
+                engine.backward(fixed.loss(engine, inputs[:micro], targets[:micro]))
+                engine.step()
+                outcome["trained"] = True
+        except Exception as error:  # noqa: BLE001 - any refusal, with DeepSpeed's words (ZenFlow raises Warning)
+            outcome["error"] = f"{type(error).__name__}: {error}"
+        outcomes.append(outcome)
     return outcomes
 
 

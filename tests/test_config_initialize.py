@@ -46,6 +46,30 @@ MUON_CASES = [muon(3), muon(3, True), muon(3, False), muon(3, offload=True), muo
 CASES += MUON_CASES
 
 
+def zenflow(stage=2, cpu_offload=True, torch_adam=False, overlap_comm=None, **block):
+    zero = {"stage": stage, "zenflow": block, **({"offload_optimizer": {"device": "cpu"}} if cpu_offload else {}),
+            **({} if overlap_comm is None else {"overlap_comm": overlap_comm})}
+    return {"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}, "zero_optimization": zero,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, **({"torch_adam": True} if torch_adam else {})}}}
+
+
+# ZenFlow, with DeepSpeed's own CPU Adam where the optimizer is offloaded (setup.sh builds that op): {DeepSpeed's
+# reason, in its words: the configs it refuses for it} (None: the configs it takes).
+ZENFLOW_CASES = {
+    "Zenflow must be used with cpu offload": [zenflow(2, cpu_offload=False, torch_adam=True),
+                                              zenflow(1, cpu_offload=False, torch_adam=True)],
+    "unexpected keyword argument 'torch_adam'": [zenflow(2, torch_adam=True)],
+    "If use auto select strategy": [zenflow(2, select_interval=2)],
+    "select_interval must be a number": [zenflow(2, select_strategy="step")],
+    "Select interval must be greater or equal to update interval": [
+        zenflow(2, select_strategy="step", select_interval=2, update_interval=4)],
+    "offload selective optimizer should be used with overlap_comm": [zenflow(2, offload=True)],
+    None: [zenflow(2), zenflow(1), zenflow(2, select_strategy="step", select_interval=4, update_interval=2),
+           zenflow(2, overlap_comm=True, offload=True)],
+}
+CASES += [case for cases in ZENFLOW_CASES.values() for case in cases]
+
+
 @pytest.fixture(scope="module")
 def initialized():
     """DeepSpeed's answer to each case, from one rank."""
@@ -63,9 +87,55 @@ def test_check_refuses_exactly_what_initialize_refuses(initialized, index):
     report = check_config(case)
     errors = " ".join(finding.message for finding in report.findings if finding.severity == "error")
     assert report.valid == outcome["accepted"], (case, outcome, errors)
-    for reason in (REASON, MUON_REASON):
+    for reason in (REASON, MUON_REASON, *filter(None, ZENFLOW_CASES)):
         if reason in outcome["error"]:
             assert reason in errors, (outcome["error"], errors)
+
+
+def test_zenflow_is_refused_for_each_of_its_reasons_and_check_quotes_it(initialized):
+    """Claims zenflow-needs-cpu-offload, zenflow-refuses-torch-adam, zenflow-select-interval-rules and
+    zenflow-offload-needs-overlap-comm: DeepSpeed 0.19.8's config class takes every one of these ZenFlow configs;
+    deepspeed.initialize refuses each with the reason it is listed under, and takes the rest."""
+    outcomes = dict(zip(map(repr, CASES), initialized))
+    for reason, cases in ZENFLOW_CASES.items():
+        for case in cases:
+            outcome = outcomes[repr(case)]
+            if reason is None:
+                assert outcome["accepted"] and outcome["optimizer"].startswith("ZenFlow"), (case, outcome)
+            else:
+                assert not outcome["accepted"] and reason in outcome["error"], (reason, case, outcome)
+                assert reason in " ".join(f.message for f in check_config(case).findings if f.severity == "error")
+
+
+def stage3_keys(stage, **zero):
+    offload = {"offload_optimizer": {"device": "cpu", "super_offload": True}} if zero.pop("super_offload", False) else {}
+    return {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": stage, **offload, **zero},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, **({} if offload else {"torch_adam": True})}}}
+
+
+ZERO_PLUS_PLUS = {"zero_quantized_weights": True, "zero_quantized_gradients": True, "zero_hpz_partition_size": 2}
+
+
+def test_superoffload_and_zero_plus_plus_are_ignored_below_stage_3_and_check_warns():
+    """Claims super-offload-ignored-below-stage-3 and zero-plus-plus-ignored-below-stage-3, on 2 CPU ranks: at stage
+    2 a config with super_offload, or with ZeRO++'s three keys, initializes DeepSpeed's ordinary stage-1/2 optimizer
+    and trains a step; the same ZeRO++ keys at stage 3 are read (qwZ's quantized all-gather has no CPU kernel, so the
+    CPU accelerator fails there), so at stage 2 they were not. check warns at stage 2 and says nothing at stage 3."""
+    from zerolab.handmade.core import harness
+
+    cases = [stage3_keys(2, super_offload=True), stage3_keys(2, **ZERO_PLUS_PLUS), stage3_keys(3, **ZERO_PLUS_PLUS)]
+    with probe_launcher():
+        ranks = harness.run({"kind": "rank_probe:deepspeed_initializes", "configs": cases, "train": True}, 2,
+                            timeout=300, progress=False)
+    for outcomes in ranks:
+        super_offload, zero_pp, zero_pp_at_3 = outcomes
+        assert super_offload["trained"] and super_offload["optimizer"] == "DeepSpeedZeroOptimizer", super_offload
+        assert zero_pp["trained"] and zero_pp["optimizer"] == "DeepSpeedZeroOptimizer", zero_pp
+        assert not zero_pp_at_3["trained"] and "not been implemented on CPU" in zero_pp_at_3["error"], zero_pp_at_3
+    warned = [{f.path for f in check_config(case).findings if f.severity == "warning"} for case in cases]
+    assert "zero_optimization.offload_optimizer.super_offload" in warned[0]
+    assert {f"zero_optimization.{key}" for key in ZERO_PLUS_PLUS} <= warned[1]
+    assert not any("zero_q" in path or "hpz" in path for path in warned[2])
 
 
 def test_muon_at_stage_3_is_refused_with_reduce_scatter_on_and_accepted_without(initialized):
@@ -105,3 +175,19 @@ def test_explain_describes_both_keys_and_what_true_costs():
                        ("bf16_optimizer_states", "4 bytes a parameter instead of 8")):
         said = describe(f"bf16.{key}", True, CASES[0])
         assert "no description" not in said and words in said, said
+
+
+def test_explain_describes_every_zenflow_field_and_the_stage_3_only_keys():
+    """Every field of DeepSpeed's ZenFlow config class (but the one it fills in itself) and the keys read at stage 3
+    only have a description of their own."""
+    from deepspeed.runtime.zenflow.zenflow_config import ZenFlowConfig
+
+    from zerolab.config.field_notes import describe
+
+    fields = [f"zero_optimization.zenflow.{name}" for name, field in ZenFlowConfig.model_fields.items()
+              if not field.exclude]
+    keys = fields + ["zero_optimization.zenflow", "zero_optimization.offload_optimizer.super_offload",
+                     "zero_optimization.offload_optimizer.cpuadam_cores_perc", "tensor_parallel.autotp_size",
+                     *(f"zero_optimization.{key}" for key in ZERO_PLUS_PLUS)]
+    undescribed = [key for key in keys if "no description" in describe(key, None, {})]
+    assert len(fields) >= 9 and not undescribed, undescribed

@@ -248,10 +248,92 @@ def muon(config, world_size):
     return found
 
 
+def zenflow(config, world_size):
+    """ZenFlow (zero_optimization.zenflow): rules DeepSpeed 0.19.8 enforces only in deepspeed.initialize, in its engine
+    (runtime/zenflow/engine.py configure_zenflow, every stage) and its stage-1/2 optimizer
+    (runtime/zenflow/zenflow_stage_1_and_2.py). Its config class checks only the ranges of the fields."""
+    block = zero_block(config).get("zenflow")
+    if not isinstance(block, dict):
+        return []
+    path, stage, found = "zero_optimization.zenflow", zero_stage(config), []
+    strategy = block.get("select_strategy", "auto")
+    select, update = block.get("select_interval", "auto"), block.get("update_interval", "auto")
+    number = (lambda value: isinstance(value, int) and not isinstance(value, bool))
+    if strategy == "auto" and number(select):
+        # claim: zenflow-select-interval-rules
+        found.append(Finding(f"{path}.select_interval", "error",
+                             "DeepSpeed 0.19.8 accepts the config, then refuses it in deepspeed.initialize: \"If use "
+                             "auto select strategy, select_interval will be set to 1 ...\" (raised, not warned). "
+                             "Remove select_interval, or set select_strategy to \"step\" or \"epoch\""))
+    if strategy in ("step", "epoch") and select == "auto":
+        # claim: zenflow-select-interval-rules
+        found.append(Finding(f"{path}.select_interval", "error",
+                             "DeepSpeed 0.19.8 accepts the config, then refuses it in deepspeed.initialize: \"If "
+                             f"don't use auto select strategy, select_interval must be a number.\" With "
+                             f"select_strategy \"{strategy}\" give select_interval as a number of steps or epochs"))
+    if strategy == "step" and number(select) and number(update) and select < update:
+        # claim: zenflow-select-interval-rules
+        found.append(Finding(f"{path}.select_interval", "error",
+                             "DeepSpeed 0.19.8 accepts the config, then refuses it in deepspeed.initialize: "
+                             f"\"Select interval must be greater or equal to update interval\" ({select} < {update}). "
+                             "Raise select_interval or lower update_interval"))
+    if stage not in (1, 2):
+        return found
+    if (_offload(config, "offload_optimizer") or {}).get("device", "none") != "cpu":
+        # claim: zenflow-needs-cpu-offload
+        found.append(Finding(path, "error", "DeepSpeed 0.19.8 accepts the config, then refuses it in "
+                             "deepspeed.initialize: \"Zenflow must be used with cpu offload\". ZenFlow is an add-on "
+                             "to ZeRO-Offload: set zero_optimization.offload_optimizer.device to \"cpu\""))
+        return found
+    optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
+    params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
+    if params.get("torch_adam") is True:
+        # claim: zenflow-refuses-torch-adam
+        found.append(Finding("optimizer.params.torch_adam", "error", "DeepSpeed 0.19.8 accepts the config, then "
+                             "refuses it in deepspeed.initialize: ZenFlow hands the optimizer's params to its own "
+                             "AdamW, which fails with \"TypeError: AdamW.__init__() got an unexpected keyword argument "
+                             "'torch_adam'\". Remove torch_adam: ZenFlow steps with DeepSpeed's CPU Adam"))
+    if block.get("offload") is True and zero_block(config).get("overlap_comm") is not True:
+        # claim: zenflow-offload-needs-overlap-comm
+        found.append(Finding(f"{path}.offload", "error", "DeepSpeed 0.19.8 accepts the config, then refuses it in "
+                             "deepspeed.initialize: \"offload selective optimizer should be used with overlap_comm\". "
+                             "Set zero_optimization.overlap_comm to true (its default is false at stages 1-2), or "
+                             "zenflow.offload to false"))
+    return found
+
+
+ZERO_PLUS_PLUS = ("zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients")
+
+
+def stage3_only_offload_and_zero_plus_plus(config, world_size):
+    """Keys DeepSpeed 0.19.8 reads only in its stage-3 optimizer (runtime/engine.py _configure_zero_optimizer): below
+    stage 3 its config class accepts them and deepspeed.initialize builds the stage-1/2 optimizer without them."""
+    stage = zero_stage(config)
+    if stage == 3:
+        return []
+    zero, found = zero_block(config), []
+    offload = _offload(config, "offload_optimizer") or {}
+    if offload.get("super_offload") is True:
+        # claim: super-offload-ignored-below-stage-3
+        found.append(Finding("zero_optimization.offload_optimizer.super_offload", "warning",
+                             f"SuperOffload works only with stage 3; at stage {stage} DeepSpeed ignores it and "
+                             "builds its ordinary stage-1/2 optimizer. Set \"stage\": 3 or remove super_offload"))
+    switched_on = [key for key in ZERO_PLUS_PLUS if zero.get(key) is True]
+    hpz = zero.get("zero_hpz_partition_size")
+    if isinstance(hpz, int) and not isinstance(hpz, bool) and hpz > 1:
+        switched_on.append("zero_hpz_partition_size")
+    for key in switched_on:
+        # claim: zero-plus-plus-ignored-below-stage-3
+        found.append(Finding(f"zero_optimization.{key}", "warning",
+                             f"a ZeRO++ setting (qwZ, hpZ, qgZ), read only by the stage-3 optimizer; at stage {stage} "
+                             "DeepSpeed ignores it and sends what plain ZeRO sends. Set \"stage\": 3 or remove it"))
+    return found
+
+
 CHECKS = (removed_features, unknown_top_level_keys, batch_arithmetic, auto_values, offload_without_zero,
           offload_param_below_stage_3, nvme_optimizer_below_stage_3, nvme_without_path, stage3_keys_below_stage_3,
-          contiguous_gradients_forced, bf16_master_weights_without_cpu_adam, muon, pin_memory_default,
-          overlap_comm_default)
+          contiguous_gradients_forced, bf16_master_weights_without_cpu_adam, muon, zenflow,
+          stage3_only_offload_and_zero_plus_plus, pin_memory_default, overlap_comm_default)
 
 
 def _leaves(value, prefix=""):

@@ -100,6 +100,41 @@ NOTES = {
                                                     "parameters (stage 3)", None),
     "zero_optimization.stage3_gather_16bit_weights_on_model_save": ("gather the full 16-bit model in save_16bit_model "  # claim: zero3-state-dict-holds-placeholders
                                                                     "(stage 3; save_checkpoint is unchanged)", None),
+    "zero_optimization.zenflow": ("ZenFlow, DeepSpeed's stall-free ZeRO-Offload: stages 1-2 with the optimizer offloaded "  # claim: zenflow-needs-cpu-offload
+                                  "to the CPU and stepped by DeepSpeed's CPU Adam (not torch_adam)", None),  # claim: zenflow-refuses-torch-adam
+    "zero_optimization.zenflow.topk_ratio": ("share of the gradient columns ZenFlow treats as important and updates "
+                                             "at once; the rest are accumulated and applied later (0 < ratio < 1)", None),
+    "zero_optimization.zenflow.select_strategy": ("when ZenFlow picks the important columns again: auto, step or epoch "  # claim: zenflow-select-interval-rules
+                                                  "(auto takes no select_interval)", None),
+    "zero_optimization.zenflow.select_interval": ("steps or epochs between two picks: a number with step or epoch, "  # claim: zenflow-select-interval-rules
+                                                  "left out with auto", None),
+    "zero_optimization.zenflow.update_interval": ("steps between two applications of the less important gradients "  # claim: zenflow-select-interval-rules
+                                                  "(auto, or a number no larger than a step select_interval)", None),
+    "zero_optimization.zenflow.overlap_step": ("run the CPU optimizer step while the next forward and backward run",
+                                               None),
+    "zero_optimization.zenflow.offload": ("keep the important columns' optimizer states in host RAM too (needs "  # claim: zenflow-offload-needs-overlap-comm
+                                          "zero_optimization.overlap_comm true)", None),
+    "zero_optimization.zenflow.auto_ratio": ("with update_interval auto, the threshold ZenFlow uses to decide when to "
+                                             "apply the accumulated gradients", None),
+    "zero_optimization.zenflow.full_warm_up_rounds": ("first rounds in which every gradient is applied at once, "
+                                                      "before ZenFlow starts picking columns", None),
+    "zero_optimization.zenflow.pt_reserved_cores_perc": ("share of the CPU cores left to PyTorch's threads; ZenFlow's "
+                                                         "optimizer workers take the rest", None),
+    "zero_optimization.offload_optimizer.super_offload": ("SuperOffload, DeepSpeed's offload for Superchips (GH200, "  # claim: super-offload-ignored-below-stage-3
+                                                          "GB200, MI300A): read at stage 3 only", None),
+    "zero_optimization.offload_optimizer.cpuadam_cores_perc": ("share of the CPU cores SuperOffload's CPU Adam uses "
+                                                               "(stage 3 with super_offload)", None),
+    "zero_optimization.zero_quantized_weights": ("ZeRO++ qwZ: the stage-3 parameter all-gather sends quantized "  # claim: zero-plus-plus-ignored-below-stage-3
+                                                 "weights (read at stage 3 only)", None),
+    "zero_optimization.zero_quantized_nontrainable_weights": ("ZeRO++: frozen parameters are kept and gathered "  # claim: zero-plus-plus-ignored-below-stage-3
+                                                              "quantized (read at stage 3 only)", None),
+    "zero_optimization.zero_quantized_gradients": ("ZeRO++ qgZ: the stage-3 gradient reduction sends quantized "  # claim: zero-plus-plus-ignored-below-stage-3
+                                                   "gradients (read at stage 3 only)", None),
+    "zero_optimization.zero_hpz_partition_size": ("ZeRO++ hpZ: ranks in the group that keeps a second copy of the "  # claim: zero-plus-plus-ignored-below-stage-3
+                                                  "parameters, so that the backward all-gather stays in it; 1 = off, "
+                                                  "ideally the GPUs of one node (read at stage 3 only)", None),
+    "tensor_parallel.autotp_size": ("AutoTP: ranks each layer's weights are split across (tensor parallelism beside "
+                                    "ZeRO's data parallelism)", None),
     "zero_optimization.sub_group_size": ("tile size (elements) of the stage 3 optimizer step, with or without offload", None),  # claim: stage3-sub-group-size-tiles-the-step
 }
 
