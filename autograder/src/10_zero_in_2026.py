@@ -604,6 +604,96 @@ assert {_s: _choice(_given[_s], _keys.FEATURES, _s) for _s in _keys.SITUATIONS} 
 passed("PICKS")
 
 # %% [markdown]
+# ## 7. ZeRO++: fewer bytes across nodes
+#
+# Between nodes the network is slower than inside one, and ZeRO-3 sends every step across it: an all-gather of the
+# parameters for forward, another for backward, and a reduce-scatter of the gradients. Call M the bytes of the
+# 16-bit model; in the ZeRO++ blog's accounting that is M + M + M = 3M per step. ZeRO++ attacks each of the three:
+#
+# - qwZ (`zero_quantized_weights`) sends the forward all-gather as int8: 0.5M;
+# - hpZ (`zero_hpz_partition_size`, ideally the GPUs of one node) keeps a second copy of the parameters sharded
+#   only over the node, and gathers backward's parameters from it: 0 across nodes, for more memory per GPU;
+# - qgZ (`zero_quantized_gradients`) sends the gradients as int4 through an all-to-all inside, then across, nodes:
+#   0.25M.
+#
+# All three: 0.75M, the blog's "4x" less. They are read by the stage-3 optimizer only: at stages 1-2 DeepSpeed 0.19.8
+# ignores them, and `zerolab check` warns. <!-- claim: zero-plus-plus-ignored-below-stage-3 -->
+#
+# The next cell computes the blog's table for the tiny GPT in bf16.
+
+# %% [markdown] lang="zh" en="86b3d526c97d"
+# ## 7. ZeRO++：少走跨节点的字节
+#
+# 节点之间的网络比节点内部慢，而 ZeRO-3 每一步都要跨节点传输：前向时 all-gather 一次参数，反向时再 all-gather 一次，还要对梯度做一次 reduce-scatter。记 16 位模型的字节数为 M；按 ZeRO++ 博客的算法，每步就是 M + M + M = 3M。ZeRO++ 针对这三项各有一招：
+#
+# - qwZ（`zero_quantized_weights`）把前向的 all-gather 以 int8 发送：0.5M；
+# - hpZ（`zero_hpz_partition_size`，最好等于一个节点的 GPU 数）再保存一份只在节点内切分的参数副本，反向需要的参数从这份副本里 gather：跨节点为 0，代价是每张 GPU 多占一些显存；
+# - qgZ（`zero_quantized_gradients`）把梯度量化为 int4，先在节点内、再跨节点做 all-to-all：0.25M。
+#
+# 三者一起：0.75M，就是博客说的少 "4x"。只有 stage 3 的优化器会读取它们：在 stage 1-2，DeepSpeed 0.19.8 会忽略它们，`zerolab check` 会给出警告。 <!-- claim: zero-plus-plus-ignored-below-stage-3 -->
+#
+# 下一个单元格为 bf16 的小 GPT 算出博客里的这张表。
+
+# %%
+from zerolab.engine import comm
+
+MODEL_BYTES = 2 * PARAMS  # the 16-bit model: the blog's M
+for _name, _parts in (("ZeRO-3", {}), ("ZeRO-3 + hpZ", {"hpz": True}),
+                      ("ZeRO++ (qwZ + hpZ + qgZ)", {"qwz": True, "hpz": True, "qgz": True})):
+    _bytes = comm.zero_plus_plus_cross_node(MODEL_BYTES, **_parts)
+    print(tr(f"{_name}: {', '.join(f'{tr(what)} {int(nbytes):,} B' for what, nbytes in _bytes.items())}; "
+             f"across nodes {int(sum(_bytes.values())):,} B = {sum(_bytes.values()) / MODEL_BYTES:g}M per step "
+             f"(the ZeRO++ blog's accounting)"))
+
+# %% [markdown]
+# Now measure hpZ. The next cell starts 4 CPU ranks and calls ranks {0, 1} one node and {2, 3} the other. Each rank
+# trains the tiny GPT under ZeRO-3 twice from the same seed, plain and with `zero_hpz_partition_size: 2`, and records
+# every collective with its process group: a group with ranks of both nodes crosses nodes. Both runs use
+# `stage3_max_reuse_distance: 0` and `stage3_prefetch_bucket_size: 0`, the regime the blog counts: with DeepSpeed's
+# defaults a model this small stays gathered from forward to backward, and there is no backward all-gather to save.
+# About 15 seconds. <!-- claim: hpz-keeps-backward-all-gather-in-node -->
+#
+# qwZ and qgZ cannot be measured here: they need DeepSpeed's quantizer kernels, which its CPU accelerator lacks, and
+# `deepspeed.initialize` stops with "This op had not been implemented on CPU backend." <!-- claim: zero-plus-plus-ignored-below-stage-3 -->
+
+# %% [markdown] lang="zh" en="2fd65b53ef47"
+# 现在实测 hpZ。下一个单元格启动 4 个 CPU rank，把 rank {0, 1} 当作一个节点，{2, 3} 当作另一个。每个 rank 从同一个随机种子出发，在 ZeRO-3 下把小 GPT 训练两遍：一遍不开 hpZ，一遍设置 `zero_hpz_partition_size: 2`，并记录每一次集合通信及其进程组：组里同时有两个节点的 rank，就是跨节点。两遍都设置了 `stage3_max_reuse_distance: 0` 和 `stage3_prefetch_bucket_size: 0`，也就是博客计数时的情形：按 DeepSpeed 的默认值，这么小的模型从前向到反向一直保持 gather 后的状态，反向就没有 all-gather 可省。大约需要 15 秒。 <!-- claim: hpz-keeps-backward-all-gather-in-node -->
+#
+# qwZ 和 qgZ 在这里无法实测：它们需要 DeepSpeed 的量化 kernel，而它的 CPU 加速器没有这些 kernel，`deepspeed.initialize` 会报错停止："This op had not been implemented on CPU backend." <!-- claim: zero-plus-plus-ignored-below-stage-3 -->
+
+# %%
+from zerolab.run import hpz
+
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    HPZ_RUNS = hpz.compare()
+    print(hpz.table(HPZ_RUNS))
+    _plain, _hpz = HPZ_RUNS[0]["ZeRO-3"], HPZ_RUNS[0]["ZeRO-3 + hpZ"]
+    print(tr(f"same losses in both runs on every rank: {all(r['ZeRO-3']['losses'] == r['ZeRO-3 + hpZ']['losses'] for r in HPZ_RUNS)}; "
+             f"rank 0's secondary partition: {_hpz['secondary_elements']:,} elements, its primary one "
+             f"{_hpz['primary_elements']:,}"))
+
+# %% [markdown]
+# Across nodes, plain ZeRO-3 all-gathers 2M per step (forward and backward) and reduce-scatters M: the blog's 3M.
+# With hpZ, backward's all-gather moves inside the node, and the bytes across nodes fall to 2M; the losses do not
+# change. The price is memory: the secondary partition is the model sharded over 2 ranks instead of 4, twice each
+# rank's primary share, held from forward until the optimizer step. The "other" column is DeepSpeed's bookkeeping
+# (the gradient norm, the order of the modules it records): bytes that do not grow with the model.
+#
+# PyTorch's FSDP2 offers the same trade. `fully_shard(module, reshard_after_forward=2)` takes an int as "the world
+# size to reshard to after forward": each layer stays sharded over 2 ranks, not freed back to its share of all of
+# them, and backward gathers it from those 2, as hpZ does. HSDP goes further: with a 2-D device mesh, `fully_shard`
+# shards the parameters along one dimension (the GPUs of a node) and replicates them along the other (the nodes).
+# <!-- claim: fsdp2-reshard-after-forward-int -->
+
+# %% [markdown] lang="zh" en="138aa62611e7"
+# 跨节点的部分，不开 hpZ 的 ZeRO-3 每步 all-gather 2M（前向和反向各一次），reduce-scatter M：正是博客的 3M。开了 hpZ，反向的 all-gather 移到了节点内，跨节点的字节降到 2M；loss 不变。代价是内存：第二份分区是把模型切给 2 个 rank 而不是 4 个，是每个 rank 主分区的两倍，从前向一直保留到优化器更新。“其他”一列是 DeepSpeed 的簿记（梯度范数、它记录下的模块顺序）：这些字节不随模型增大。
+#
+# PyTorch 的 FSDP2 提供同样的取舍。`fully_shard(module, reshard_after_forward=2)` 接受一个整数，表示"前向之后重新切分到的 world size"：每一层前向后仍切分在 2 个 rank 上，而不是退回到所有 rank 各自的一份，反向就从这 2 个 rank 中 gather，和 hpZ 一样。HSDP 更进一步：给 `fully_shard` 一个二维的 device mesh，它沿一个维度（一个节点的 GPU）切分参数，沿另一个维度（各个节点）复制参数。
+# <!-- claim: fsdp2-reshard-after-forward-int -->
+
+# %% [markdown]
 # ## Summary
 #
 # - With `bf16_master_weights_and_grads` and `bf16_optimizer_states`, K is 6 bytes per parameter, not 12,
@@ -615,11 +705,13 @@ passed("PICKS")
 # - Every ZeRO-3 rank must run every module in the same order; a timeout turns a hang into a traceback that says
 #   where each rank waited.
 # - DeepSpeed's newer features each attack one bottleneck: find yours first.
+# - ZeRO-3 moves 3M across nodes per step; hpZ keeps backward's all-gather inside the node (2M, measured), and qwZ
+#   and qgZ shrink the rest to 0.75M in the ZeRO++ blog's accounting.
 #
-# Not yet in this lesson (the course's next steps): host memory when every rank loads a pretrained model without
-# `zero.Init`, and ZeRO++'s traffic computed and run.
+# Not yet in this lesson (the course's next step): host memory when every rank loads a pretrained model without
+# `zero.Init`.
 
-# %% [markdown] lang="zh" en="6a68418624c4"
+# %% [markdown] lang="zh" en="e297b459f10b"
 # ## 小结
 #
 # - 打开 `bf16_master_weights_and_grads` 和 `bf16_optimizer_states` 后，K 是每个参数 6 字节而不是 12 字节，切分方式不变；代价是小更新的精度。
@@ -628,7 +720,9 @@ passed("PICKS")
 # - 每个 ZeRO-3 rank 都必须按相同的顺序运行每个模块；超时能把挂起变成一个 traceback，说明每个 rank 在哪里等待。
 # - DeepSpeed 的新特性各自针对一个瓶颈：先找到你的瓶颈。
 #
-# 本课暂未涉及（课程的下一步）：每个 rank 不用 `zero.Init` 加载预训练模型时的主机内存，以及 ZeRO++ 通信量的计算与实测。
+# - ZeRO-3 每步跨节点传输 3M；hpZ 让反向的 all-gather 留在节点内（实测为 2M），qwZ 和 qgZ 按 ZeRO++ 博客的算法再把其余部分降到 0.75M。
+#
+# 本课暂未涉及（课程的下一步）：每个 rank 不用 `zero.Init` 加载预训练模型时的主机内存。
 
 # %% [markdown]
 # ## References
@@ -638,11 +732,16 @@ passed("PICKS")
 # - Muon in DeepSpeed: `deepspeed/runtime/zero/muon/` in DeepSpeed 0.19.8
 # - The features of section 6: the blogs and tutorials linked in its table
 # - `torch.distributed.init_process_group(timeout=...)`: PyTorch's distributed documentation
+# - ZeRO++: Wang et al., [arXiv:2306.10209](https://arxiv.org/abs/2306.10209), and DeepSpeed's blog,
+#   [blogs/zeropp](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/zeropp) (its table of M per collective)
+# - FSDP2: `torch.distributed.fsdp.fully_shard` in PyTorch's documentation (`reshard_after_forward`)
 
-# %% [markdown] lang="zh" en="71fef693b0bb"
+# %% [markdown] lang="zh" en="790f7b4181c7"
 # ## 参考资料
 #
 # - DeepSpeed 0.18.3 核心 API 更新（bf16 主权重与优化器状态、`loss.backward()`）：[blogs/core_api_update](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/core_api_update)
 # - DeepSpeed 中的 Muon：DeepSpeed 0.19.8 的 `deepspeed/runtime/zero/muon/`
 # - 第 6 节的各个特性：见该节表格中的博客和教程链接
 # - `torch.distributed.init_process_group(timeout=...)`：PyTorch 的分布式文档
+# - ZeRO++：Wang 等，[arXiv:2306.10209](https://arxiv.org/abs/2306.10209)，以及 DeepSpeed 的博客 [blogs/zeropp](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/zeropp)（其中按集合通信列出 M 的表）
+# - FSDP2：PyTorch 文档中的 `torch.distributed.fsdp.fully_shard`（`reshard_after_forward`）

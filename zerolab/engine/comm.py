@@ -185,6 +185,20 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
     return Traffic(psi, stage, n, gas, collectives, round(h2d), round(d2h), round(nvme))
 
 
+ZERO_PLUS_PLUS = ("forward all-gather", "backward all-gather", "gradient reduce-scatter")
+
+
+def zero_plus_plus_cross_node(model_bytes, qwz=False, hpz=False, qgz=False):
+    """Bytes each rank moves across nodes per step under ZeRO-3, with any of ZeRO++'s three parts, in the ZeRO++
+    blog's accounting (DeepSpeed, blogs/zeropp; arXiv:2306.10209): M = the 16-bit model's bytes; ZeRO-3 all-gathers
+    M for forward, M again for backward and reduce-scatters M of gradients, 3M; qwZ sends the forward all-gather as
+    int8 (0.5M), hpZ gathers for backward inside the node from its secondary copy (0 across nodes), qgZ sends the
+    gradients as int4 through its all-to-all (0.25M). All three: 0.75M."""
+    return {"forward all-gather": model_bytes * (0.5 if qwz else 1),
+            "backward all-gather": 0 if hpz else model_bytes,
+            "gradient reduce-scatter": model_bytes * (0.25 if qgz else 1)}
+
+
 def bucket_buffer_bytes(reduce_bucket_size=DEFAULT_BUCKET, precision="fp16", overlap_comm=False,
                         contiguous_gradients=True):
     """GPU bytes ZeRO-1/2 keeps for gradient buckets (DeepSpeed 0.19.8, stage_1_and_2.py setup_buckets).
