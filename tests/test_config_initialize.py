@@ -191,3 +191,29 @@ def test_explain_describes_every_zenflow_field_and_the_stage_3_only_keys():
                      *(f"zero_optimization.{key}" for key in ZERO_PLUS_PLUS)]
     undescribed = [key for key in keys if "no description" in describe(key, None, {})]
     assert len(fields) >= 9 and not undescribed, undescribed
+
+
+def test_autotp_counts_every_rank_in_the_batch_and_check_says_so():
+    """Claim autotp-batch-counts-every-rank, on 2 CPU ranks with autotp_size 2 (one tensor-parallel group, data
+    parallel size 1): the AutoTP tutorial's train_batch_size, micro x accumulation x ranks / autotp_size = 2, is
+    refused by DeepSpeed's batch check ("world_size 2"); 4, which counts both ranks, passes it (the fixed model then
+    stops for want of a tensor-parallel policy, a later and unrelated refusal). check's note says so, and with
+    --world-size 2 check refuses the tutorial's value too."""
+    from zerolab.handmade.core import harness
+
+    def autotp(train_batch_size):
+        return {"train_batch_size": train_batch_size, "train_micro_batch_size_per_gpu": 2,
+                "gradient_accumulation_steps": 1, "tensor_parallel": {"autotp_size": 2},
+                "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3,
+                                                                                            "torch_adam": True}}}
+
+    with probe_launcher():
+        ranks = harness.run({"kind": "rank_probe:deepspeed_initializes", "configs": [autotp(2), autotp(4)]}, 2,
+                            timeout=300, progress=False)
+    for tutorials, counted in ranks:
+        assert "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 2" in \
+            tutorials["error"], tutorials
+        assert "Check batch related parameters" not in counted["error"], counted
+    assert not check_config(autotp(2), world_size=2).valid and check_config(autotp(4), world_size=2).valid
+    notes = [f.message for f in check_config(autotp(4), world_size=2).findings if f.path == "tensor_parallel.autotp_size"]
+    assert notes and "every rank" in notes[0]

@@ -160,6 +160,20 @@ def batch_arithmetic(config, world_size):
     return []
 
 
+def autotp_batch(config, world_size):
+    """AutoTP's tensor-parallel ranks share a batch, yet DeepSpeed 0.19.8's batch check counts them."""
+    block = config.get("tensor_parallel") if isinstance(config.get("tensor_parallel"), dict) else {}
+    size = block.get("autotp_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 1:
+        return []
+    # claim: autotp-batch-counts-every-rank
+    return [Finding("tensor_parallel.autotp_size", "note",
+                    f"with AutoTP, DeepSpeed 0.19.8 checks train_batch_size = micro batch x accumulation steps x "
+                    f"every rank, the {size} tensor-parallel ranks of a group included, although they share one "
+                    f"batch; the AutoTP tutorial's train_batch_size (divided by autotp_size) is refused. Give "
+                    f"--world-size the number of all ranks")]
+
+
 def pin_memory_default(config, world_size):
     notes = []
     for name in ("offload_optimizer", "offload_param"):
@@ -333,7 +347,7 @@ def stage3_only_offload_and_zero_plus_plus(config, world_size):
 CHECKS = (removed_features, unknown_top_level_keys, batch_arithmetic, auto_values, offload_without_zero,
           offload_param_below_stage_3, nvme_optimizer_below_stage_3, nvme_without_path, stage3_keys_below_stage_3,
           contiguous_gradients_forced, bf16_master_weights_without_cpu_adam, muon, zenflow,
-          stage3_only_offload_and_zero_plus_plus, pin_memory_default, overlap_comm_default)
+          stage3_only_offload_and_zero_plus_plus, autotp_batch, pin_memory_default, overlap_comm_default)
 
 
 def _leaves(value, prefix=""):
