@@ -133,25 +133,25 @@ def _cpu_seconds():
     return times.user + times.system + times.children_user + times.children_system
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
+def _cpu_of_phase(item):
     started = _cpu_seconds()
     yield
     item._cpu_of_phase = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _cpu_of_phase(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    started = _cpu_seconds()
-    yield
-    item._cpu_of_phase = _cpu_seconds() - started
+    yield from _cpu_of_phase(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item):
-    started = _cpu_seconds()
-    yield
-    item._cpu_of_phase = _cpu_seconds() - started
+    yield from _cpu_of_phase(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
