@@ -15,12 +15,14 @@
 #   replaces Adam, then check both on CPU ranks;
 # - say what calling `loss.backward()` instead of `engine.backward(loss)` changes;
 # - reproduce a ZeRO-3 hang on two CPU ranks, stop it with a timeout, read which rank waits where, and fix it;
-# - pick the newer DeepSpeed feature a situation calls for, for the reason DeepSpeed's own figures give.
+# - pick the newer DeepSpeed feature a situation calls for, for the reason DeepSpeed's own figures give;
+# - count what ZeRO-3 sends across nodes per step and what ZeRO++ takes off it, and measure hpZ on 4 CPU ranks;
+# - say how much host memory each rank needs to build a model, with and without `deepspeed.zero.Init`, and measure it.
 #
 # As in lesson 06, predictions come from the engine (`zerolab.engine.memory`) and measurements from real
 # DeepSpeed 0.19.8 engines on CPU ranks (`zerolab.run`). There are hidden tests.
 
-# %% [markdown] lang="zh" en="6bb1adfbedb6"
+# %% [markdown] lang="zh" en="832348e74c32"
 # ## 学习目标
 #
 # 前面几课按 ZeRO 论文（2019）的口径计数：每个参数 2 字节参数、2 字节梯度、K = 12 字节 Adam 状态。DeepSpeed 已经往前走了，别人交给你的配置里用的是它较新的选项。学完本课，你能够：
@@ -28,7 +30,9 @@
 # - 预测 DeepSpeed 把主权重和 Adam 动量保存为 bf16 时、以及用 Muon 代替 Adam 时每个 rank 的字节数，并在 CPU rank 上验证这两种情况；
 # - 说出用 `loss.backward()` 代替 `engine.backward(loss)` 会改变什么；
 # - 在两个 CPU rank 上复现一次 ZeRO-3 挂起，用超时让它停下，看出哪个 rank 在哪里等待，并修好它；
-# - 针对一个场景选出应该使用的 DeepSpeed 新特性，理由来自 DeepSpeed 自己公布的数字。
+# - 针对一个场景选出应该使用的 DeepSpeed 新特性，理由来自 DeepSpeed 自己公布的数字；
+# - 算出 ZeRO-3 每步跨节点传输多少、ZeRO++ 能省掉多少，并在 4 个 CPU rank 上实测 hpZ；
+# - 说出每个 rank 构建模型时需要多少主机内存（用与不用 `deepspeed.zero.Init`），并实测它。
 #
 # 和第 06 课一样，预测来自引擎（`zerolab.engine.memory`），实测来自在 CPU rank 上运行的真实 DeepSpeed 0.19.8 引擎（`zerolab.run`）。本课有隐藏测试。
 
@@ -694,6 +698,67 @@ else:
 # <!-- claim: fsdp2-reshard-after-forward-int -->
 
 # %% [markdown]
+# ## 8. Loading a model: host memory per rank
+#
+# A job that fine-tunes a pretrained model builds it on every rank. Built plainly, each rank holds the whole model
+# in host memory until `deepspeed.initialize` partitions it, and a node with g ranks holds g whole copies at once:
+# the host runs out of memory before ZeRO-3 has saved a byte. `deepspeed.zero.Init` partitions each parameter as its
+# module is built, so a rank never holds more than its share of the parameters built so far.
+# <!-- claim: zero-init-partitions-as-modules-are-built -->
+#
+# The next cell gives the rule for a real model, in bytes of parameters per rank and per node.
+
+# %% [markdown] lang="zh" en="c2f8add36d63"
+# ## 8. 加载模型：每个 rank 的主机内存
+#
+# 微调预训练模型的作业会在每个 rank 上建出这个模型。如果直接构建，每个 rank 都在主机内存里持有完整的模型，直到 `deepspeed.initialize` 才把它切分；一个有 g 个 rank 的节点同时持有 g 份完整的副本：ZeRO-3 还没省下一个字节，主机内存就先用光了。`deepspeed.zero.Init` 在每个模块建好时就切分它的参数，所以一个 rank 持有的，从不超过已建好参数中属于它的那一份。
+# <!-- claim: zero-init-partitions-as-modules-are-built -->
+#
+# 下一个单元格给出一个真实模型的规律：每个 rank、每个节点的参数字节数。
+
+# %%
+from zerolab.engine import host_memory, models
+
+_llama = models.preset("llama2-70b")
+for _ranks_per_node, _nodes in ((8, 1), (8, 8)):
+    _world = _ranks_per_node * _nodes
+    _plain, _sharded = (host_memory.built_on_every_rank(_llama.params(), 2, _world, zero_init) for zero_init in (False, True))
+    print(tr(f"{_llama.name} in bf16 on {_world} ranks, {_ranks_per_node} a node: built plainly {_plain / 1e9:,.1f} GB "
+             f"per rank, {_ranks_per_node * _plain / 1e9:,.1f} GB per node; inside zero.Init {_sharded / 1e9:,.2f} GB "
+             f"per rank, {_ranks_per_node * _sharded / 1e9:,.2f} GB per node"))
+
+# %% [markdown]
+# Now measure it. The next cell starts 2 CPU ranks; each builds the same small Llama from a config (transformers, no
+# download, fp32: a 32,000-token vocabulary and 2 layers) twice, plainly and inside `deepspeed.zero.Init`, and
+# reports the bytes of parameters it holds and how much its resident memory grew while building. About 20 seconds.
+
+# %% [markdown] lang="zh" en="3db0f5cb31c9"
+# 现在来实测。下一个单元格启动 2 个 CPU rank；每个 rank 从配置建出同一个小 Llama（transformers，不下载，fp32：32,000 个 token 的词表，2 层）两次，一次直接构建，一次在 `deepspeed.zero.Init` 里构建，并报告它持有的参数字节数，以及构建期间常驻内存增长了多少。大约需要 20 秒。
+
+# %%
+from zerolab.run import load
+
+with torch.device("meta"):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _sizes = [p.numel() for p in LlamaForCausalLM(LlamaConfig(**load.MODEL)).parameters()]
+_plain, _sharded = (host_memory.built_on_every_rank(_sizes, 4, load.RANKS, zero_init) for zero_init in (False, True))
+print(tr(f"predicted parameter bytes per rank: built plainly {_plain / 1e6:,.2f} MB, inside zero.Init "
+         f"{_sharded / 1e6:,.2f} MB"))
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    print(load.table(load.compare()))
+
+# %% [markdown]
+# Each rank held the whole model when it built it plainly, and half of it (each parameter's share, padded) inside
+# `zero.Init`, as predicted; its resident memory grew by about that much. With 8 ranks on a node, the plain build
+# needs 8 copies: for Llama-2-70B in bf16, more than a terabyte of host memory before training starts.
+
+# %% [markdown] lang="zh" en="71e4afbc7238"
+# 直接构建时，每个 rank 都持有整个模型；在 `zero.Init` 里构建时，只持有一半（每个参数中属于它的那一份，含填充），和预测一致；它的常驻内存大约也增长了这么多。一个节点上有 8 个 rank 时，直接构建需要 8 份：对 bf16 的 Llama-2-70B 来说，训练还没开始就要超过 1 TB 的主机内存。
+
+# %% [markdown]
 # ## Summary
 #
 # - With `bf16_master_weights_and_grads` and `bf16_optimizer_states`, K is 6 bytes per parameter, not 12,
@@ -707,11 +772,10 @@ else:
 # - DeepSpeed's newer features each attack one bottleneck: find yours first.
 # - ZeRO-3 moves 3M across nodes per step; hpZ keeps backward's all-gather inside the node (2M, measured), and qwZ
 #   and qgZ shrink the rest to 0.75M in the ZeRO++ blog's accounting.
-#
-# Not yet in this lesson (the course's next step): host memory when every rank loads a pretrained model without
-# `zero.Init`.
+# - A model built on every rank without `zero.Init` is whole on every rank: g copies on a node of g ranks. Inside
+#   `deepspeed.zero.Init` each rank keeps only its share.
 
-# %% [markdown] lang="zh" en="e297b459f10b"
+# %% [markdown] lang="zh" en="eecb2d815b8d"
 # ## 小结
 #
 # - 打开 `bf16_master_weights_and_grads` 和 `bf16_optimizer_states` 后，K 是每个参数 6 字节而不是 12 字节，切分方式不变；代价是小更新的精度。
@@ -721,8 +785,7 @@ else:
 # - DeepSpeed 的新特性各自针对一个瓶颈：先找到你的瓶颈。
 #
 # - ZeRO-3 每步跨节点传输 3M；hpZ 让反向的 all-gather 留在节点内（实测为 2M），qwZ 和 qgZ 按 ZeRO++ 博客的算法再把其余部分降到 0.75M。
-#
-# 本课暂未涉及（课程的下一步）：每个 rank 不用 `zero.Init` 加载预训练模型时的主机内存。
+# - 不用 `zero.Init` 时，每个 rank 都会建出完整的模型：一个有 g 个 rank 的节点上就有 g 份。在 `deepspeed.zero.Init` 里，每个 rank 只保留自己的那一份。
 
 # %% [markdown]
 # ## References

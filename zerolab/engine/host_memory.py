@@ -84,3 +84,13 @@ def runtime_host(params, stage, gpus_per_node, nodes=1, offload_optimizer="none"
     if rounding:
         per_node["pinned_rounding"] = rounding
     return per_node
+
+
+def built_on_every_rank(param_sizes, element_size, world_size, zero_init):
+    """Bytes of parameters one rank holds once every rank has built the model: without ``deepspeed.zero.Init`` each
+    rank builds all of it; with it, each keeps its ZeRO-3 share of every parameter, padded to a multiple of the
+    ranks (stage 3's partition). ``param_sizes``: each parameter's element count, or the model's total."""
+    sizes = [param_sizes] if isinstance(param_sizes, int) else list(param_sizes)
+    if not zero_init:
+        return element_size * sum(sizes)
+    return element_size * sum(math.ceil(size / world_size) for size in sizes)

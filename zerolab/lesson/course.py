@@ -64,7 +64,7 @@ LESSONS = (
                    "（universal checkpoint），用 zerolab ckpt 检查任何 checkpoint"),
     Lesson("10_zero_in_2026", "ZeRO in 2026",
            "predict and measure a rank's bytes with bf16 master weights and moments and with Muon, and pick among "
-           "DeepSpeed's newer features for the reason its own figures give", needs=("deepspeed",),
+           "DeepSpeed's newer features for the reason its own figures give", needs=("deepspeed", "transformers"),
            title_zh="2026 年的 ZeRO",
            goal_zh="预测并实测 bf16 主权重与动量、以及 Muon 下每个 rank 的字节数，并按 DeepSpeed 自己公布的数字在它的新特性中做出选择"),
 )
