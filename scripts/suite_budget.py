@@ -7,7 +7,9 @@
 Every run of the suite records each test's seconds (setup, call and teardown together), the CPU seconds it and its
 children spent (a module far below its seconds is waiting: on a cap, a sleep, a slow peer) and the run's wall time
 in tests/artifacts/durations.json (tests/conftest.py). The budget is 25 minutes of wall time on an idle 2-core
-machine, so at most 2 x 25 worker-minutes of tests. Each test module has an allowance: its share of those
+machine, so at most 25 worker-minutes of tests per pytest-xdist worker the run had (3 in pyproject.toml: waiting
+tests leave a core free, and the third worker uses it). The CPU seconds are those of processes the test waited for:
+the ranks of a warm launcher, jobs under Slurm and kernels in the grading sandbox are not among them. Each test module has an allowance: its share of those
 worker-minutes, in proportion to its seconds in a measured run (plus a quarter, when that run was within the
 budget). This script prints every module that took longer than its allowance or has none, the total and the wall time against the budget, and exits 1 when the run as a whole
 is over. A change that adds minutes shows here before it lands: run the module you changed, then this script
@@ -53,9 +55,10 @@ def report(record, allowances, only=None):
         lines.append(f"{module:<46} {seconds:8.0f} {'-' if allowed is None else f'{allowed:8.0f}':>8}{spent}{flag}")
     total = sum(modules.values())
     wall = record.get("wall_seconds")
-    within = total <= WORKERS * BUDGET_S and (wall is None or wall <= BUDGET_S)
-    lines.append(f"total: {minutes(total)} of tests on {record.get('workers', WORKERS)} workers (at most "
-                 f"{minutes(WORKERS * BUDGET_S)}); wall time {minutes(wall) if wall else 'unknown'} (budget "
+    workers = record.get("workers", WORKERS)
+    within = total <= workers * BUDGET_S and (wall is None or wall <= BUDGET_S)
+    lines.append(f"total: {minutes(total)} of tests on {workers} workers (at most "
+                 f"{minutes(workers * BUDGET_S)}); wall time {minutes(wall) if wall else 'unknown'} (budget "
                  f"{minutes(BUDGET_S)}, idle 2-core machine; load average at the start "
                  f"{record.get('load_average', 'unknown')}): {'within' if within else 'OVER'} the budget")
     return lines, within
@@ -67,7 +70,7 @@ def allowances_from(record):
     without headroom, and a suite over budget has every module over its share until it is made faster)."""
     modules = per_module(record)
     total = sum(modules.values())
-    scale = min(HEADROOM, WORKERS * BUDGET_S / total) if total else 1.0
+    scale = min(HEADROOM, record.get("workers", WORKERS) * BUDGET_S / total) if total else 1.0
     return {module: round(seconds * scale + 1) for module, seconds in sorted(modules.items())}
 
 
