@@ -7,8 +7,8 @@
 Every run of the suite records each test's seconds (setup, call and teardown together), the CPU seconds it and its
 children spent (a module far below its seconds is waiting: on a cap, a sleep, a slow peer) and the run's wall time
 in tests/artifacts/durations.json (tests/conftest.py). The budget is 25 minutes of wall time on an idle 2-core
-machine, so at most 25 worker-minutes of tests per pytest-xdist worker the run had (3 in pyproject.toml: waiting
-tests leave a core free, and the third worker uses it). The CPU seconds are those of processes the test waited for:
+machine, so at most 25 worker-minutes of tests per pytest-xdist worker the run had (2 in pyproject.toml). The CPU
+seconds are those of processes the test waited for:
 the ranks of a warm launcher, jobs under Slurm and kernels in the grading sandbox are not among them. Each test module has an allowance: its share of those
 worker-minutes, in proportion to its seconds in a measured run (plus a quarter, when that run was within the
 budget). This script prints every module that took longer than its allowance or has none, the total and the wall time against the budget, and exits 1 when the run as a whole

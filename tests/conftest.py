@@ -10,10 +10,8 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from tests.submissions.graded import graded_corpus  # noqa: E402,F401 (one unsharded corpus run per session)
 
-# pyproject.toml runs the suite on 3 pytest-xdist workers on CI's 2 cores: many tests wait (a grading cap, a Slurm
-# time limit, a hang's timeout, a browser), and a third worker computes meanwhile. A worker takes a whole test module
-# at a time, so a module's fixtures are built once; modules that share a session fixture (named here) go to one
-# worker together.
+# pyproject.toml runs the suite on 2 pytest-xdist workers. A worker takes a whole test module at a time, so a
+# module's fixtures are built once; modules that share a session fixture (named here) go to one worker together.
 SHARED_SESSION_FIXTURES = {"graded_corpus": ("tests/test_grading_corpus.py", "tests/test_grading_shards.py",
                                               "tests/test_slurm_grading.py")}
 _UNIT_OF_MODULE = {module: fixture for fixture, modules in SHARED_SESSION_FIXTURES.items() for module in modules}

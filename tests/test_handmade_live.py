@@ -86,10 +86,12 @@ def test_a_settled_breakdown_leaves_out_a_buffer_let_go_a_moment_later_and_count
     import time
 
     baseline = live.Baseline()
-    # 4,000 bytes a worker thread holds a while longer (longer than here, where one sample's gc.collect() over
-    # the test process takes tens of ms, so that the first sample surely sees it)
+    # 4,000 bytes a worker thread drops 10 ms after the first sample has seen them (a sleep before the drop alone
+    # was outrun by a loaded machine, whose first sample came after it)
     lingering = [torch.zeros(1000)]
     kept = [torch.zeros(250)]  # noqa: F841 (1,000 bytes the learner keeps)
-    threading.Thread(target=lambda: (time.sleep(1.0), lingering.clear())).start()
+    seen = threading.Event()
+    threading.Thread(target=lambda: (seen.wait(), time.sleep(0.01), lingering.clear())).start()
     assert live.breakdown(exclude=[baseline])[live.OTHER] == 5000  # one sample: the dropped buffer too
+    seen.set()
     assert live.settled_breakdown(exclude=[baseline], settle=3.0)[live.OTHER] == 1000
