@@ -16,7 +16,7 @@ import pytest
 
 from tests.submissions.feedback import CASCADES, NOT_COVERED, VARIANTS
 from zerolab.grading.answers import with_answers
-from test_nbgrader_roundtrip import course_root, nbgrader, release_lesson, scores, submit  # noqa: F401
+from test_nbgrader_roundtrip import course_root, failure, nbgrader, release_lesson, scores, submit  # noqa: F401
 from test_nbgrader_roundtrip import exercises as exercise_cells
 
 pytestmark = pytest.mark.slow
@@ -134,7 +134,7 @@ def test_wrong_answers_name_their_mistake_and_right_ones_earn_full_points(course
     for k, (answers, _, _) in enumerate(CASCADES.get(name, [])):
         submit(course_root, name, f"cascade_{k}", with_answers(release, answers))
     rc, log = nbgrader(course_root, "autograde", name, "--force")
-    assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
+    assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{failure(log)}"
 
     problems = []
     namespace = solution_namespace(source)

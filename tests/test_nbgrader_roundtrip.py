@@ -42,6 +42,13 @@ def nbgrader(root, *args):
     return done.returncode, done.stdout + done.stderr
 
 
+def failure(log):
+    """What a failed autograde says about its failure: the log from the first error nbgrader reports (its traceback
+    comes before its summary at the end), 4,000 characters."""
+    starts = [at for at in (log.find("Traceback"), log.find("| ERROR]")) if at >= 0]
+    return log[min(starts):min(starts) + 4000] if starts else log[-4000:]
+
+
 def graded_cells(nb):
     """grade_id -> points of every automatically graded (code) cell."""
     return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
@@ -88,7 +95,7 @@ def test_autograde_each_exercise_alone(course_root, name):
     for student, chosen in subsets.items():
         submit(course_root, name, student, with_solutions(release, source, only=chosen))
     rc, log = nbgrader(course_root, "autograde", name, "--force")
-    assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{log[-3000:]}"
+    assert rc == 0, f"nbgrader autograde {name} failed for a submission:\n{failure(log)}"
 
     wrong = {}
     for student, chosen in subsets.items():
@@ -118,3 +125,9 @@ def test_split_apart_separates_every_pair_both_ways():
             for b in exercises:
                 if a != b:
                     assert any(a in chosen and b not in chosen for chosen in subsets.values()), (count, a, b)
+
+
+def test_a_failures_message_starts_at_the_first_error_not_at_the_logs_end():
+    log = "x" * 10_000 + "Traceback (most recent call last):\n  boom\n" + "y" * 10_000 + "| ERROR] summary"
+    assert failure(log).startswith("Traceback") and "boom" in failure(log)
+    assert failure("all fine " * 1000) == ("all fine " * 1000)[-4000:]
