@@ -66,9 +66,9 @@ def table(results, rank=0):
         other = sum(nbytes for op, nbytes in cross.items() if op not in ("all-gather", "reduce-scatter"))
         rows.append([mode, f"{cross.get('all-gather', 0):,}", f"{cross.get('reduce-scatter', 0):,}", f"{other:,}",
                      f"{found['in_node'].get('all-gather', 0):,}"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(width) if i else cell.ljust(width) for i, (cell, width)
-                               in enumerate(zip(row, widths))).rstrip() for row in rows)
+    from zerolab.run.report import aligned
+
+    return aligned(rows)
 
 
 def main(job_path):

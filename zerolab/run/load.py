@@ -43,9 +43,9 @@ def table(results, rank=0):
     rows = [[tr("how the model is built"), tr("parameter bytes held"), tr("resident memory grew by")]]
     for mode, found in results[rank].items():
         rows.append([tr(mode), format_bytes(found["held"], "MB"), format_bytes(found["grew"], "MB")])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(width) if i else cell.ljust(width) for i, (cell, width)
-                               in enumerate(zip(row, widths))).rstrip() for row in rows)
+    from zerolab.run.report import aligned
+
+    return aligned(rows)
 
 
 def main(job_path):

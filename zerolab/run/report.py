@@ -256,3 +256,10 @@ def _percent(difference, predicted):
     if difference is None:
         return "n/a"
     return f"{100 * difference:+.1f}%"
+
+
+def aligned(rows):
+    """Rows of text cells as columns: the first left-aligned, the rest right-aligned, each as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(width) if i else cell.ljust(width) for i, (cell, width)
+                               in enumerate(zip(row, widths))).rstrip() for row in rows)
