@@ -11,13 +11,16 @@ the optimizer it built, the buffers it pins) rather than from tensor.device alon
 import logging
 import os
 
-# name: (zero stage, offload_optimizer block or None, gradient_accumulation_steps)
+# name: (zero stage, offload_optimizer block or None, gradient_accumulation_steps[, what the bf16 block adds])
+BF16_MASTER_AND_MOMENTS = {"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}
 CONFIGS = {
     "zero2_cpu": (2, {"device": "cpu"}, 2),
     "zero2_cpu_unpinned": (2, {"device": "cpu", "pin_memory": False}, 2),
     "zero1_nvme": (1, {"device": "nvme"}, 2),
     "zero2_nvme": (2, {"device": "nvme"}, 1),
     "zero2_none": (2, None, 2),
+    "zero2_cpu_bf16_master": (2, {"device": "cpu"}, 2, BF16_MASTER_AND_MOMENTS),
+    "zero1_cpu_bf16_master_fp32_moments": (1, {"device": "cpu"}, 1, {"bf16_master_weights_and_grads": True}),
 }
 
 
@@ -55,7 +58,7 @@ def offload(job, namespace):
     logger.addHandler(said)
     rank = int(os.environ["RANK"])
     results = {}
-    for name, (stage, offload_block, accumulation) in CONFIGS.items():
+    for name, (stage, offload_block, accumulation, *bf16_extra) in CONFIGS.items():
         pinned.clear()
         nvme = None
         zero = {"stage": stage}
@@ -67,7 +70,7 @@ def offload(job, namespace):
                 zero["offload_optimizer"]["nvme_path"] = nvme
         params = {"lr": 1e-3, **({} if offload_block else {"torch_adam": True})}
         config = {"train_micro_batch_size_per_gpu": fixed.GLOBAL_BATCH // (2 * accumulation),
-                  "gradient_accumulation_steps": accumulation, "bf16": {"enabled": True},
+                  "gradient_accumulation_steps": accumulation, "bf16": {"enabled": True, **dict(*bf16_extra)},
                   "optimizer": {"type": "AdamW", "params": params}, "zero_optimization": zero}
         net = fixed.build()
         said.records.clear()

@@ -96,6 +96,42 @@ def test_offload_keeps_the_fp32_master_its_gradient_and_both_moments_on_the_host
 
 
 @pytest.mark.slow
+def test_host_buffers_are_what_zerolab_host_memory_counts_fp32_or_bf16_masters(ranks):
+    """Claim bf16-master-offload-host-buffers: each host buffer of a ZeRO-1/2 optimizer offloaded to the CPU, its
+    bytes and whether DeepSpeed pinned it, equal zerolab.engine.host_memory.rank_buffers: with fp32 master weights,
+    and with bf16.bf16_master_weights_and_grads (master and its gradient in bf16, the moments in bf16 only with
+    bf16_optimizer_states)."""
+    from zerolab.engine import host_memory
+
+    cases = {"zero2_cpu": ("fp32", "fp32"), "zero2_cpu_bf16_master": ("bf16", "bf16"),
+             "zero1_cpu_bf16_master_fp32_moments": ("bf16", "fp32")}
+    for rank in ranks:
+        for name, (master, moments) in cases.items():
+            record = rank[name]
+            measured = [_host_buffer(record, "fp32_master_partition", record["masters"][0]),
+                        _host_buffer(record, "bit16_staging_buffer"),
+                        _host_buffer(record, "fp32_gradient_partition", record["master_grads"][0]),
+                        _host_buffer(record, "temp_gradient_buffer"),
+                        (sum(numel * BYTES[dtype] for _, dtype, numel, _ in record["states"]), False)]
+            predicted = host_memory.rank_buffers(record["params"], record["stage"], RANKS, "cpu", precision="bf16",
+                                                 largest_param=max(_param_sizes()), master=master, moments=moments)
+            assert [(nbytes, pinned) for _, nbytes, pinned in predicted] == measured, (name, predicted, measured)
+            moment_dtype = "torch.bfloat16" if moments == "bf16" else "torch.float32"
+            assert [state[1] for state in record["states"]] == [moment_dtype] * 2, record["states"]
+
+
+BYTES = {"torch.float32": 4, "torch.bfloat16": 2}
+
+
+def _host_buffer(record, kind, description=None):
+    """(bytes, pinned) of the one buffer of ``kind``: described by the record, or by the pin call that made it."""
+    (pointer,) = record["buffers"][kind]
+    pins = {ptr: (numel, dtype) for ptr, numel, dtype in record["pinned"]}
+    numel, dtype = (description[1], description[0]) if description else pins[pointer]
+    return numel * BYTES[dtype], pointer in pins
+
+
+@pytest.mark.slow
 def test_offload_leaves_the_16_bit_parameters_whole_on_the_device(ranks):
     """Claim offload-keeps-16-bit-params-on-the-device: under optimizer offload the 16-bit parameters stay whole on
     every rank, in the flat buffer on the accelerator's device that the module's parameters point into; DeepSpeed

@@ -99,16 +99,17 @@ def test_every_emitted_config_passes_zerolab_check(name, gpu_gb, gpus_per_node, 
 
 
 def test_bf16_master_rows_are_ranked_with_the_rest_and_their_configs_pass_check():
-    """--master both: bf16 master weights and moments add rows at stages 1-3 without offload (what zero_terms
-    models), the fp32 rows are those of an fp32-only fit, a tie in speed ranks fp32 first, and each bf16 row's
-    master weights and moments are the paper accounting's bf16 figures (measured on CPU ranks by
-    tests/test_run_bf16_master.py)."""
+    """--master both: bf16 master weights and moments add rows at stages 1-3 without offload and at stages 1-2 with
+    CPU optimizer offload (what zero_terms models), the fp32 rows are those of an fp32-only fit, a tie in speed ranks
+    fp32 first, and each bf16 row's master weights and moments are the paper accounting's bf16 figures (measured
+    on CPU ranks by tests/test_run_bf16_master.py), on the GPU or, offloaded, in the host buffers (measured by
+    tests/test_claims_02.py)."""
     model = preset("llama2-7b")
     only_fp32 = fit(model, 4096, 80 * GB, gpus_per_node=8)
     both = fit(model, 4096, 80 * GB, gpus_per_node=8, masters=("fp32", "bf16"))
     bf16 = [o for o in both.rows + both.rejected if o.master == "bf16"]
-    assert {(o.stage, o.offload_optimizer, o.offload_param) for o in bf16} == {(1, "none", "none"), (2, "none", "none"),
-                                                                              (3, "none", "none")}
+    assert {(o.stage, o.offload_optimizer, o.offload_param) for o in bf16} == {
+        (1, "none", "none"), (2, "none", "none"), (3, "none", "none"), (1, "cpu", "none"), (2, "cpu", "none")}
     key = lambda o: (o.stage, o.offload_optimizer, o.offload_param, o.recompute, o.micro_batch)  # noqa: E731
     assert sorted(map(key, (o for o in both.rows if o.master == "fp32"))) == sorted(map(key, only_fp32.rows))
     speed = [(-o.time.tokens_per_s, o.recompute) for o in both.rows]
@@ -117,12 +118,20 @@ def test_bf16_master_rows_are_ranked_with_the_rest_and_their_configs_pass_check(
             assert not (first.master == "bf16" and second.master == "fp32"), "a tie must rank fp32 first"
     assert [s for s, _ in speed] == sorted(s for s, _ in speed)
     for option in bf16:
-        paper = memory.estimate(model.params(), option.stage, 8, precision="bf16", master="bf16",
-                                moments="bf16").breakdown["gpu"]
-        terms = option.budget.states.step
-        assert terms["master_weights"] == paper["master_weights"] and \
-            terms["optimizer_states"] == paper["optimizer_states"]
-        assert "fp32_grads" not in terms
+        paper = memory.estimate(model.params(), option.stage, 8, precision="bf16", master="bf16", moments="bf16",
+                                offload_optimizer=option.offload_optimizer).breakdown
+        if option.offload_optimizer == "none":
+            terms = option.budget.states.step
+            assert terms["master_weights"] == paper["gpu"]["master_weights"] and \
+                terms["optimizer_states"] == paper["gpu"]["optimizer_states"]
+            assert "fp32_grads" not in terms
+        else:  # per node, padded to 2 x ranks elements as DeepSpeed pads its partition
+            host = option.budget.host
+            assert host["bf16_master_weights"] == pytest.approx(paper["cpu"]["master_weights"], rel=1e-8)
+            assert host["optimizer_states"] == pytest.approx(paper["cpu"]["optimizer_states"], rel=1e-8)
+            twin = next(o for o in both.rows + both.rejected if o.master == "fp32" and key(o)[:4] == key(option)[:4])
+            assert option.budget.host_bytes < twin.budget.host_bytes
+            assert option.traffic.device_to_host_bytes < twin.traffic.device_to_host_bytes  # bf16 gradients
     fitting_bf16 = [o for o in both.rows if o.master == "bf16"]
     assert fitting_bf16
     for option in fitting_bf16:

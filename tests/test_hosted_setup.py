@@ -5,8 +5,8 @@ ipywidgets, ipykernel: no zerolab, no deepspeed). Its kernel sees a stand-in `go
 stand-in /content (the folder named by ZEROLAB_COLAB_CONTENT, which the setup cell honours), and installs zerolab
 from a local clone of this repository (ZEROLAB_INSTALL_URL, a file:// URL). Each lesson's release, filled with the solutions, then runs
 top to bottom in that kernel, and torch and numpy must be the very same installs afterwards. zerolab is uninstalled before each
-lesson, so every setup cell really installs it. The real DeepSpeed runs of the teaching cells (lessons 06, 08 and 09:
-the lessons whose source reads NBGRADER_EXECUTION) are skipped, as while grading, unless ZEROLAB_HOSTED_RUNS=1: the
+lesson, so every setup cell really installs it. The real runs and measurements of the teaching cells (in
+every lesson whose source reads NBGRADER_EXECUTION) are skipped, as while grading, unless ZEROLAB_HOSTED_RUNS=1: the
 point here is the setup cell, tests/test_notebooks.py and tests/test_lesson09.py run those cells, and in a new
 environment they would compile DeepSpeed's ops again, minutes on 2 cores. Test cells that start ranks still run.
 """

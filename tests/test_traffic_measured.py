@@ -3,7 +3,8 @@
 One run per configuration (2 optimizer steps, the tiny GPT); the last step of each rank is compared: every
 collective's calls and bytes, grouped by op and dtype, and the offload bytes each direction, exactly. Between them
 the configurations cover stages 1, 2 and 3 with optimizer offload to the CPU, stage 3 with parameter offload,
-gradient accumulation 1 and 3, bf16 and fp32.
+gradient accumulation 1 and 3, bf16 and fp32, and bf16 master weights under optimizer offload (the gradient
+partition goes to the host in bf16, and at stage 2 it is the accumulation buffer itself).
 
 One thing is left out, and only it: under parameter offload the ZeRO-3 parameter coordinator broadcasts its
 recorded fetch order from rank 0 in the second step (int64 broadcasts from ``get_lst_from_rank0`` and
@@ -17,7 +18,7 @@ from zerolab.run.report import traffic_totals
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = {  # name: (stage, offload_optimizer, offload_param, precision, gradient_accumulation_steps)
+CONFIGS = {  # name: (stage, offload_optimizer, offload_param, precision, gradient_accumulation_steps[, master])
     "zero1_cpu_bf16_ga3": (1, "cpu", "none", "bf16", 3),
     "zero2_cpu_bf16_ga1": (2, "cpu", "none", "bf16", 1),
     "zero2_cpu_bf16_ga3": (2, "cpu", "none", "bf16", 3),  # lesson 02 section 2: claim zero2-offload-pcie-each-step
@@ -25,14 +26,17 @@ CONFIGS = {  # name: (stage, offload_optimizer, offload_param, precision, gradie
     "zero3_cpu_bf16_ga3": (3, "cpu", "none", "bf16", 3),
     "zero3_cpu_params_fp32_ga1": (3, "cpu", "cpu", "fp32", 1),
     "zero3_cpu_params_bf16_ga3": (3, "cpu", "cpu", "bf16", 3),
+    "zero2_cpu_bf16_master_ga3": (2, "cpu", "none", "bf16", 3, "bf16"),
+    "zero3_cpu_bf16_master_ga3": (3, "cpu", "none", "bf16", 3, "bf16"),
 }
 
 
 @pytest.fixture(scope="module")
 def runs():
     return {name: run(make_config(stage, offload_optimizer, offload_param, precision=precision,
-                                   accumulation=accumulation), ranks=2, steps=2, progress=False)
-            for name, (stage, offload_optimizer, offload_param, precision, accumulation) in CONFIGS.items()}
+                                   accumulation=accumulation, master=master[0] if master else "fp32",
+                                   moments=master[0] if master else "fp32"), ranks=2, steps=2, progress=False)
+            for name, (stage, offload_optimizer, offload_param, precision, accumulation, *master) in CONFIGS.items()}
 
 
 def without_trace_broadcasts(totals):

@@ -1,5 +1,6 @@
 """`zerolab fit`: which ZeRO stage, offload and recomputation make a model fit, with what micro-batch, how fast."""
 import json
+import math
 import sys
 
 from zerolab.sizing import budget, fit as fitting, gpus, step_time
@@ -56,6 +57,9 @@ examples:
   zerolab fit --measure-host        time DeepSpeed's CPU Adam on this machine; later fits use the figure
   zerolab fit --model llama2-7b --seq-len 4096 --gpu h100-80gb --gpus-per-node 8 --master both
                                     bf16 master weights and moments as rows of their own, ranked with the rest
+  zerolab fit --model llama2-7b --seq-len 4096 --gpu h100-80gb --gpus-per-node 8 --optimizer both
+                                    DeepSpeed's Muon beside AdamW: 2 bytes of momentum for the matrices instead of 8,
+                                    and Newton-Schulz's FLOPs in every step
   zerolab fit --model llama2-7b --seq-len 4096 --gpu h100-80gb --gpus-per-node 8 --emit-config 1 > ds_config.json
   zerolab check ds_config.json --world-size 8        the emitted config passes DeepSpeed's own validation
 """
@@ -86,8 +90,12 @@ def add_arguments(parser):
                         help="training precision (default bf16)")
     parser.add_argument("--master", choices=("fp32", "bf16", "both"), default="fp32",
                         help="master weights and Adam moments: fp32 (default), bf16 (DeepSpeed's "
-                             "bf16_master_weights_and_grads with bf16_optimizer_states, stages 1-3 without offload), "
+                             "bf16_master_weights_and_grads with bf16_optimizer_states: stages 1-3 without offload, 1-2 with "
+                             "CPU optimizer offload), "
                              "or both, ranked together")
+    parser.add_argument("--optimizer", choices=("adamw", "muon", "both"), default="adamw",
+                        help="adamw (default), muon (DeepSpeed's Muon for the 2-D matrices, Adam for the rest; stages "
+                             "1-2 without offload, with its Newton-Schulz FLOPs in each step), or both, ranked together")
     parser.add_argument("--attention", choices=ATTENTION[:2], default="flash",
                         help="flash: a fused kernel that keeps no s x s scores (default); standard: explicit softmax")
     parser.add_argument("--mfu", type=_fraction("--mfu", low_open=True), default=step_time.MFU, metavar="F",
@@ -125,6 +133,9 @@ def run(args):
     if args.master != "fp32" and args.precision != "bf16":
         raise UserError(f"--master {args.master} needs --precision bf16: DeepSpeed keeps bf16 master weights only in "
                         "bf16 training (its bf16 block)")
+    if args.optimizer != "adamw" and args.precision == "fp16":
+        raise UserError(f"--optimizer {args.optimizer} needs --precision bf16 or fp32: Muon is modelled in the setups "
+                        "measured on CPU ranks, which train in bf16 or fp32")
     implementation = args.implementation or fitting.implementation_for(model)
     if implementation == "hf" and fitting.implementation_for(model) != "hf":
         raise UserError(f"--implementation hf: {model.name} is not a Llama-family model (SwiGLU, RMSNorm, no biases); "
@@ -134,7 +145,8 @@ def run(args):
                              args.precision, args.attention, gpu=args.gpu, mfu=args.mfu,
                              inter_node=args.inter_node_bandwidth, cpu_adam_params_per_s=args.cpu_adam_throughput,
                              headroom=args.headroom, implementation=implementation,
-                             masters=("fp32", "bf16") if args.master == "both" else (args.master,))
+                             masters=("fp32", "bf16") if args.master == "both" else (args.master,),
+                             optimizers=("adamw", "muon") if args.optimizer == "both" else (args.optimizer,))
     except ValueError as error:
         raise UserError(f"--gpu: {error}" if "GPU" in str(error) else str(error)) from None
     if args.emit_config is not None:
@@ -152,6 +164,7 @@ def run(args):
                           "gpu": result.gpu.as_dict(), "host_memory": args.host_memory,
                           "gpus_per_node": args.gpus_per_node, "nodes": args.nodes, "precision": args.precision,
                           "attention": args.attention, "implementation": implementation, "master": args.master,
+                          "optimizer": args.optimizer,
                           "assumptions": result.assumptions,
                           "rows": [o.as_dict() for o in result.rows],
                           "rejected": [o.as_dict() for o in result.rejected]}, indent=2))
@@ -201,15 +214,17 @@ def table(result):
              + (f"{_gb(result.host_memory)} per node" if result.host_memory else "not limited")
              + "  (1 GB = 10^9 bytes)", ""]
     masters = result.masters != ("fp32",)  # a column for the master weights' dtype
+    optimizers = result.optimizers != ("adamw",)  # and one for the optimizer
     if result.rows:
         lines.append(f"{'#':>3}  {'stage':>5}  {'offload opt/param':<17}  " + (f"{'master':<6}  " if masters else "")
+                     + (f"{'optimizer':<9}  " if optimizers else "")
                      + f"{'recompute':<9}  {'micro':>5}  {'GPU peak':>10}  {'host/node':>9}  {'time/step':>9}  "
                      f"{'tokens/s':>9}")
         for number, o in enumerate(result.rows, 1):
             mark = "!" if o.tight else " "
             lines.append(f"{number:>3}  {o.stage:>5}  {o.offload_optimizer + '/' + o.offload_param:<17}  "
-                         + (f"{o.master:<6}  " if masters else "") +
-                         f"{o.recompute:<9}  {o.micro_batch:>5}  {_gb(o.budget.gpu_bytes):>9}{mark}  "
+                         + (f"{o.master:<6}  " if masters else "") + (f"{o.optimizer:<9}  " if optimizers else "")
+                         + f"{o.recompute:<9}  {o.micro_batch:>5}  {_gb(o.budget.gpu_bytes):>9}{mark}  "
                          f"{_gb(o.budget.host_bytes):>9}  {_seconds(o.time.total_s):>9}  "
                          f"{o.time.tokens_per_s * result.world_size:>9,.0f}")
         lines += [""] + why_first(result) + [""] + row_budget(result.rows[0])
@@ -220,13 +235,14 @@ def table(result):
         lines += ["", "Does not fit:"]
         for o in result.rejected:
             lines.append(f"  stage {o.stage} {o.offload_optimizer}/{o.offload_param}"
-                         + (f", {o.master} master" if masters else "") + f", recompute {o.recompute}: {o.reason}")
+                         + (f", {o.master} master" if masters else "") + (f", {o.optimizer}" if optimizers else "")
+                         + f", recompute {o.recompute}: {o.reason}")
     lines.append("`--emit-config N` prints row N's ds_config.")
     return "\n".join(lines)
 
 
 PARTS = (("compute", "compute_s"), ("communication and PCIe copies the GPU waits for", "exposed_s"),
-         ("CPU Adam", "cpu_adam_s"), ("NVMe swaps", "nvme_s"))
+         ("CPU Adam", "cpu_adam_s"), ("NVMe swaps", "nvme_s"), ("Muon's Newton-Schulz", "optimizer_s"))
 
 
 def why_first(result):
@@ -239,9 +255,9 @@ def why_first(result):
         roomy = next((n for n, o in enumerate(result.rows, 1) if not o.tight), None)
         lines.append(f"  row 1 leaves less than the {result.assumptions['headroom']:.0%} headroom free (!)"
                      + (f"; the fastest row that leaves it is row {roomy}" if roomy else ""))
-    seen = {(best.stage, best.offload_optimizer, best.offload_param, best.master)}
+    seen = {(best.stage, best.offload_optimizer, best.offload_param, best.master, best.optimizer)}
     for number, o in enumerate(result.rows[1:], 2):
-        kind = (o.stage, o.offload_optimizer, o.offload_param, o.master)
+        kind = (o.stage, o.offload_optimizer, o.offload_param, o.master, o.optimizer)
         if kind in seen:
             continue
         seen.add(kind)
@@ -252,9 +268,11 @@ def why_first(result):
                                                         else ""),
                  "communication and PCIe copies the GPU waits for": "communication and PCIe copies that nothing hides",
                  "CPU Adam": f"CPU Adam, {_seconds(o.time.cpu_adam_s)} per step that nothing overlaps",
-                 "NVMe swaps": f"NVMe swaps, {_seconds(o.time.nvme_s)} per step"}[name]
+                 "NVMe swaps": f"NVMe swaps, {_seconds(o.time.nvme_s)} per step",
+                 "Muon's Newton-Schulz": f"Muon's Newton-Schulz, {_seconds(o.time.optimizer_s)} per step"}[name]
         lines.append(f"  vs row {number} (stage {o.stage} {o.offload_optimizer}/{o.offload_param}"
-                     + (f", {o.master} master" if result.masters != ("fp32",) else "") + ", recompute "
+                     + (f", {o.master} master" if result.masters != ("fp32",) else "")
+                     + (f", {o.optimizer}" if result.optimizers != ("adamw",) else "") + ", recompute "
                      f"{o.recompute}, micro {o.micro_batch}): {o.time.tokens_per_s / best.time.tokens_per_s:.0%} "
                      f"of row 1's speed, mostly {cause}")
     return lines
@@ -288,15 +306,36 @@ def assumptions(result):
              "tokens/s is for all GPUs together"]
     if "bf16" in result.masters:
         lines.append(BF16_MASTER_TRADE_OFF)
+    if "muon" in result.optimizers:
+        lines.append(muon_trade_off(result))
     return lines
+
+
+def muon_trade_off(result):
+    """One line: what Muon saves and what it costs, for this model and GPU count (zerolab.engine.muon)."""
+    from zerolab.engine import muon
+
+    shapes = result.model.parameter_shapes()
+    tagged = [muon.steps_with_muon(name, shape) for name, shape in shapes]
+    matrices = sum(math.prod(shape) for (_, shape), use in zip(shapes, tagged) if use)
+    flops = muon.newton_schulz_rank_flops([shape for _, shape in shapes], tagged, result.world_size)
+    momentum = muon.ELEMENT[result.precision]
+    return (f"  muon: DeepSpeed's Muon keeps one {result.precision} momentum ({momentum} bytes) for the "
+            f"{format_count(matrices)} parameters of the 2-D matrices instead of Adam's two fp32 moments (8 bytes), "
+            f"each matrix whole on every GPU whose partition it touches; the price is compute: the busiest GPU "
+            f"orthogonalizes its matrices with Newton-Schulz, {flops / 1e12:.3g} TFLOP per step (DeepSpeed's Gram "
+            f"iteration, 5 steps), at the MFU above. Muon rows are stages 1-2 without offload (at stage 3 Muon "
+            f"changes the collectives, not timed yet); not counted: a straddling matrix's whole gradient on both "
+            f"ranks and Newton-Schulz's temporaries")
 
 
 # DeepSpeed's own figures: its blog on the 0.18.3 core API update (blogs/core_api_update in the DeepSpeed repository).
 BF16_MASTER_TRADE_OFF = (  # claim: bf16-master-and-moments-make-k-6 # claim: bf16-master-step-makes-no-fp32-gradient
     "  bf16 master: master weights and Adam moments in bf16 take 6 bytes a parameter instead of 12, and no fp32 "
     "gradient is made in step(); the price is precision: in DeepSpeed's own measurement (0.18.3 release blog) peak "
-    "memory fell from 31.38 to 18.93 GB and the final loss rose from 3.09 to 3.12. Rows with offload are fp32 only "
-    "(bf16 masters under offload are not modelled); on a tie in speed the fp32 row ranks first")
+    "memory fell from 31.38 to 18.93 GB and the final loss rose from 3.09 to 3.12. With offload, bf16 rows are "
+    "stages 1-2 with the optimizer in CPU memory (host buffers halve; CPU Adam's speed on bf16 masters is taken as "
+    "fp32's, not measured); on a tie in speed the fp32 row ranks first")
 
 
 def _measure_host():

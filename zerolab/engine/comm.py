@@ -128,8 +128,9 @@ class Traffic:
 
 def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bucket_size=DEFAULT_BUCKET,
             allgather_bucket_size=DEFAULT_BUCKET, prefetch_bucket_size=DEFAULT_PREFETCH_BUCKET,
-            offload_optimizer="none", offload_param="none", bucket_allreduce=False):
-    """Traffic of one optimizer step (grad_accum micro-steps) for one rank.
+            offload_optimizer="none", offload_param="none", bucket_allreduce=False, master="fp32"):
+    """Traffic of one optimizer step (grad_accum micro-steps) for one rank. ``master`` "bf16": DeepSpeed's bf16 master
+    weights, whose offloaded gradient crosses PCIe in bf16 (zerolab.engine.deepspeed_traffic).
 
     bucket_allreduce=True models what DeepSpeed 0.19.8 does by default in ZeRO-1/2
     (zero_optimization.use_multi_rank_bucket_allreduce = true, stage_1_and_2.py average_tensor): each gradient
@@ -177,7 +178,7 @@ def traffic(params, stage, world_size, grad_accum=1, precision="fp16", reduce_bu
     nvme = 0
     offloaded = "cpu" if offload_optimizer in ("cpu", "nvme") else "none"
     d2h, h2d = offload_bytes(psi, stage, n, gas, precision, offloaded,
-                             "cpu" if offload_param in ("cpu", "nvme") and stage == 3 else "none")
+                             "cpu" if offload_param in ("cpu", "nvme") and stage == 3 else "none", master=master)
     if offload_optimizer == "nvme" and stage >= 1:
         nvme += 2 * partition * 16  # fp32 master, grads and Adam moments swapped in and out (16 B/param)
     if offload_param == "nvme" and stage == 3:

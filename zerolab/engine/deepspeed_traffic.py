@@ -39,13 +39,17 @@ def flat_partition(param_sizes, world_size, rank):
     return size, owned, padded
 
 
-def zero12_offload_bytes(partition, owned, grad_accum, element, stage):
-    """(device-to-host, host-to-device) bytes of one rank per optimizer step, ZeRO-1/2 with CPU optimizer offload."""
+def zero12_offload_bytes(partition, owned, grad_accum, element, stage, master="fp32"):
+    """(device-to-host, host-to-device) bytes of one rank per optimizer step, ZeRO-1/2 with CPU optimizer offload.
+    ``master`` "bf16" (bf16.bf16_master_weights_and_grads): the gradient partition is copied in bf16, and it is the
+    accumulation buffer itself, so accumulating copies are the partition's size (measured on 2 CPU ranks,
+    tests/test_traffic_measured.py)."""
     # Stage 1 reduces (and offloads) only at the boundary, where the micro-step counter is back at 0 (measured): no
     # accumulation buffer. Stage 2 offloads on every micro-step.
     accumulating_copies = grad_accum if grad_accum > 1 and stage == 2 else 0
-    d2h = 4 * partition + element * owned * accumulating_copies
-    h2d = element * partition + element * owned * max(0, accumulating_copies - 1)
+    kept, accumulated = (4, owned) if master == "fp32" else (2, partition)
+    d2h = kept * partition + element * accumulated * accumulating_copies
+    h2d = element * partition + element * accumulated * max(0, accumulating_copies - 1)
     return d2h, h2d
 
 
@@ -55,7 +59,7 @@ def _collective(op, dtype, calls, elements):
 
 
 def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision="bf16", offload_optimizer="none",
-                 offload_param="none", device="cpu"):
+                 offload_param="none", device="cpu", master="fp32"):
     """One rank's collectives and offload bytes in one optimizer step of DeepSpeed 0.19.8, in the meter's shape.
 
     ``param_sizes`` are the model's parameter sizes in order (one parameter group, default bucket sizes, as
@@ -76,11 +80,11 @@ def step_traffic(param_sizes, stage, world_size, rank=0, grad_accum=1, precision
         if precision != "fp32":
             collectives.append(_collective("all-reduce", "uint8", 1, 1))
         if offload_optimizer == "cpu":
-            d2h, h2d = zero12_offload_bytes(partition, owned, grad_accum, element, stage)
+            d2h, h2d = zero12_offload_bytes(partition, owned, grad_accum, element, stage, master)
     else:
         collectives = zero3_collectives(param_sizes, world_size, grad_accum, precision)
         d2h, h2d = zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer,
-                                       offload_param, device)
+                                       offload_param, device, master)
     merged = {}
     for row in collectives:
         key = (row["op"], row["dtype"])
@@ -120,13 +124,13 @@ def zero3_collectives(param_sizes, world_size, grad_accum, precision):
 
 
 def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offload_optimizer, offload_param,
-                        device="cpu"):
+                        device="cpu", master="fp32"):
     """(device-to-host, host-to-device) bytes of one rank per optimizer step under ZeRO-3 offload.
 
     stage3.py ``partition_grads``: the first micro-step copies the gradient partition into the host buffer and takes
     that buffer back to the device; on a GPU each later micro-step brings the buffer to the device, adds, and copies
     it back, while on CPU ranks (the buffer counts as on the accelerator) it adds in place. At the boundary the
-    partition goes to the host fp32 gradient as fp32. After the step the updated 16-bit partition is copied into the
+    partition goes to the host gradient in the master weights' dtype (fp32, or bf16 with ``master="bf16"``). After the step the updated 16-bit partition is copied into the
     device's flat buffer, unless the parameters are offloaded too; then every fetch (forward and backward, each
     micro-step) brings the partition from the host.
     """
@@ -136,8 +140,9 @@ def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offl
     if offload_optimizer == "cpu":
         round_trips = grad_accum if device != "cpu" else 1
         d2h += element * owned * round_trips
-        if device != "cpu" or element != 4:
-            d2h += 4 * owned  # on CPU ranks an fp32 buffer already is the fp32 gradient: no second copy
+        kept = 4 if master == "fp32" else 2
+        if device != "cpu" or element != kept:
+            d2h += kept * owned  # on CPU ranks a buffer of the master's dtype already is its gradient: no copy
         h2d += element * owned * round_trips
         if offload_param == "none":
             h2d += element * mine
@@ -149,17 +154,18 @@ def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offl
 
 
 def offload_bytes(params, stage, world_size, grad_accum=1, precision="fp16", offload_optimizer="cpu",
-                  offload_param="none", device="cuda"):
+                  offload_param="none", device="cuda", master="fp32"):
     """(device-to-host, host-to-device) bytes per GPU and optimizer step for a large model (partitions of params/N)."""
     element = ELEMENT_BYTES[precision]
     if stage in (1, 2):
         if offload_optimizer == "none":
             return 0, 0
         partition = params / world_size
-        return tuple(round(x) for x in zero12_offload_bytes(partition, partition, grad_accum, element, stage))
+        return tuple(round(x) for x in zero12_offload_bytes(partition, partition, grad_accum, element, stage,
+                                                             master))
     if stage == 3:
         sizes = [params]
         d2h, h2d = zero3_offload_bytes(sizes, world_size, 0, grad_accum, element, offload_optimizer, offload_param,
-                                       device)
+                                       device, master)
         return d2h, h2d
     return 0, 0

@@ -8,6 +8,9 @@ ZeRO-1/2 with ``offload_optimizer.device=cpu`` (runtime/zero/stage_1_and_2.py ``
           (``initialize_optimizer_states``: ``single_partition_of_fp32_groups[i].grad``) and a 16-bit gradient buffer
           of the largest parameter (``temp_grad_buffer_for_cpu_offload``);
   paged   Adam's two fp32 moments, which DeepSpeedCPUAdam creates with ``torch.zeros_like`` (ops/adam/cpu_adam.py).
+  With bf16 master weights (bf16.bf16_master_weights_and_grads, ``master="bf16"``) the master partition and its
+  gradient are bf16, pinned as before, and the moments bf16 with bf16_optimizer_states (``moments="bf16"``), else
+  fp32 (measured on 2 CPU ranks: tests/test_claims_02.py).  # claim: bf16-master-offload-host-buffers
 ZeRO-3 (runtime/zero/stage3.py): with the optimizer offloaded (cpu or nvme) ``self.device`` is the CPU, so the 16-bit
   gradient partition (``grad_partitions_flat_buffer``) is pinned in RAM, and with the cpu device each sub-group of
   ``sub_group_size`` elements gets a pinned fp32 gradient buffer (``_create_fp32_partitions`` /
@@ -27,6 +30,7 @@ allocates the size asked for: no rounding.
 import math
 
 PIN_BACKENDS = ("torch", "native")
+MASTER_ELEMENT = {"fp32": 4, "bf16": 2}  # bytes of a master weight (or of one Adam moment) in that dtype
 SUB_GROUP_SIZE = 1_000_000_000  # zero_optimization.sub_group_size default (runtime/zero/config.py)
 
 
@@ -47,15 +51,20 @@ def sub_groups(partition, sub_group_size=SUB_GROUP_SIZE):
 
 
 def rank_buffers(params, stage, world_size, offload_optimizer="none", offload_param="none", precision="bf16",
-                 largest_param=0, sub_group_size=SUB_GROUP_SIZE):
-    """[(name, bytes, pinned)] of the host buffers one rank keeps while training (empty without offload)."""
+                 largest_param=0, sub_group_size=SUB_GROUP_SIZE, master="fp32", moments="fp32"):
+    """[(name, bytes, pinned)] of the host buffers one rank keeps while training (empty without offload).
+    ``master``/``moments`` "bf16" (DeepSpeed's bf16 master weights and optimizer states) are modelled at stages 1-2."""
     element = 4 if precision == "fp32" else 2
+    if (master, moments) != ("fp32", "fp32") and stage == 3 and offload_optimizer != "none":
+        raise ValueError("bf16 master weights under ZeRO-3 offload are not modelled yet (measured at stages 1-2)")
     buffers = []
     if stage in (1, 2) and offload_optimizer != "none":
         partition = math.ceil(params / (2 * world_size)) * 2  # stage_1_and_2.py pads to 2 x ranks elements
-        buffers = [("fp32_master_weights", 4 * partition, True), ("bit16_staging", element * partition, True),
-                   ("fp32_grads", 4 * partition, True), ("grad_buffer_largest_param", element * largest_param, True),
-                   ("optimizer_states", 8 * partition, False)]
+        kept = MASTER_ELEMENT[master]
+        buffers = [(f"{master}_master_weights", kept * partition, True), ("bit16_staging", element * partition, True),
+                   (f"{master}_grads", kept * partition, True),
+                   ("grad_buffer_largest_param", element * largest_param, True),
+                   ("optimizer_states", 2 * MASTER_ELEMENT[moments] * partition, False)]
     elif stage == 3:
         partition = math.ceil(params / world_size)  # stage 3 pads every parameter to a multiple of the ranks
         if offload_optimizer != "none":
@@ -71,12 +80,12 @@ def rank_buffers(params, stage, world_size, offload_optimizer="none", offload_pa
 
 def runtime_host(params, stage, gpus_per_node, nodes=1, offload_optimizer="none", offload_param="none",
                  precision="bf16", largest_param=0, pin_memory=True, pin_backend="torch",
-                 sub_group_size=SUB_GROUP_SIZE):
+                 sub_group_size=SUB_GROUP_SIZE, master="fp32", moments="fp32"):
     """Runtime host memory per node by term (bytes): the offloaded buffers of its ranks, and what pinning rounds up."""
     per_node = {}
     rounding = 0
     for name, nbytes, pinned in rank_buffers(params, stage, gpus_per_node * nodes, offload_optimizer, offload_param,
-                                             precision, largest_param, sub_group_size):
+                                             precision, largest_param, sub_group_size, master, moments):
         key = "fp32_grads" if name.startswith("fp32_grads") else name
         per_node[key] = per_node.get(key, 0) + gpus_per_node * nbytes
         if pinned and pin_memory:

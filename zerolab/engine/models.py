@@ -51,6 +51,44 @@ class Decoder:
         final_norm = 2 * self.hidden if self.norm == "layernorm" else self.hidden
         return self.layers * self.layer_params() + embedding + head + final_norm
 
+    def parameter_shapes(self):
+        """(name, shape) of every parameter in the order the model registers them, each shared tensor once: Hugging
+        Face's Llama names for SwiGLU models, Megatron's GPT names otherwise. The names matter to DeepSpeed's Muon,
+        which steps the matrices whose names hold neither "embed" nor "lm_head" (zerolab.engine.muon)."""
+        h, f, kv, v = self.hidden, self.ffn, self.kv_width, self.vocab
+        llama = self.mlp == "swiglu"
+
+        def linear(name, out_features, in_features):
+            return [(f"{name}.weight", (out_features, in_features))] + ([(f"{name}.bias", (out_features,))]
+                                                                         if self.bias else [])
+
+        def norm(name):
+            return [(f"{name}.weight", (h,))] + ([(f"{name}.bias", (h,))] if self.norm == "layernorm" else [])
+
+        if llama:
+            shapes = [("model.embed_tokens.weight", (v, h))]
+        else:
+            shapes = [("embedding.word_embeddings.weight", (v, h))]
+            if self.positions:
+                shapes.append(("embedding.position_embeddings.weight", (self.positions, h)))
+        for i in range(self.layers):
+            if llama:
+                at = f"model.layers.{i}"
+                shapes += (linear(f"{at}.self_attn.q_proj", h, h) + linear(f"{at}.self_attn.k_proj", kv, h)
+                           + linear(f"{at}.self_attn.v_proj", kv, h) + linear(f"{at}.self_attn.o_proj", h, h)
+                           + linear(f"{at}.mlp.gate_proj", f, h) + linear(f"{at}.mlp.up_proj", f, h)
+                           + linear(f"{at}.mlp.down_proj", h, f)
+                           + norm(f"{at}.input_layernorm") + norm(f"{at}.post_attention_layernorm"))
+            else:
+                at = f"layers.{i}"
+                shapes += (norm(f"{at}.input_layernorm") + linear(f"{at}.self_attention.query_key_value", h + 2 * kv, h)
+                           + linear(f"{at}.self_attention.dense", h, h) + norm(f"{at}.post_attention_layernorm")
+                           + linear(f"{at}.mlp.dense_h_to_4h", f, h) + linear(f"{at}.mlp.dense_4h_to_h", h, f))
+        shapes += norm("model.norm" if llama else "final_layernorm")
+        if not self.tied_embeddings:
+            shapes.append(("lm_head.weight" if llama else "output_layer.weight", (v, h)))
+        return shapes
+
     def largest_layer_params(self):
         """The biggest single weight: the embedding (or an MLP matrix, if that were larger)."""
         return max(self.vocab * self.hidden, self.hidden * self.ffn)

@@ -38,13 +38,19 @@ bf16 master weights (``master="bf16"``: bf16.bf16_master_weights_and_grads with 
   parameter and Adam's moments 4; inside ``step()`` the flat 16-bit copy of the gradient partition already has the
   master's dtype, so ``.to(master dtype)`` returns it and no fp32 gradient is made (tests/test_zero_terms_measured.py
   sees the optimizer read that very copy). The estimator's figure (``estimate``) stays DeepSpeed's own, which knows
-  only fp32 master weights. With the optimizer offloaded DeepSpeed steps bf16 masters with its CPU Adam; the host
-  side of that is not modelled here yet (ValueError).
+  only fp32 master weights. With the optimizer offloaded to the CPU at stages 1-2 DeepSpeed steps bf16 masters
+  with its CPU Adam: the GPU keeps what it keeps for fp32 masters, the host bf16 buffers
+  (zerolab.engine.host_memory); ZeRO-3 and NVMe offload with bf16 masters are not modelled yet (ValueError).
+Muon (``optimizer="muon"``: DeepSpeed's MuonWithAuxAdam, stages 1-3, nothing offloaded, fp32 master weights): the
+  optimizer side is what zerolab.engine.muon counts for the rank holding the most (measured on CPU ranks:
+  tests/test_muon_measured.py), in place of Adam's; the gradient terms are the ZeRO optimizer's, as for Adam. Not
+  counted: the whole gradient of a matrix that straddles two ranks' partitions (DeepSpeed copies it to both for
+  Newton-Schulz) and Newton-Schulz's temporaries (a few bf16 copies of one matrix at a time).
 """
 import math
 from dataclasses import dataclass
 
-from zerolab.engine import comm, host_memory, memory
+from zerolab.engine import comm, host_memory, memory, muon
 
 MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters default (runtime/zero/config.py)
 MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance default
@@ -84,9 +90,10 @@ class ModelStates:
 def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none", offload_param="none",
                  precision="bf16", accounting="deepspeed", max_live_parameters=MAX_LIVE_PARAMETERS,
                  max_reuse_distance=MAX_REUSE_DISTANCE, sub_group_size=SUB_GROUP_SIZE, pin_memory=True,
-                 pin_backend="torch", master="fp32"):
+                 pin_backend="torch", master="fp32", optimizer="adamw"):
     """ModelStates of ``model`` (a zerolab.engine.models.Decoder) for this setup; see the module docstring."""
     _check_master(master, stage, precision, offload_optimizer, offload_param)
+    _check_optimizer(optimizer, stage, precision, offload_optimizer, offload_param, master)
     params, largest = model.params(), model.largest_layer_params()
     estimate = memory.estimate(params, stage, gpus_per_node, nodes, offload_optimizer=offload_optimizer,
                                offload_param=offload_param, precision=precision, accounting=accounting,
@@ -103,15 +110,31 @@ def model_states(model, stage, gpus_per_node=1, nodes=1, offload_optimizer="none
         if stage in (1, 2) and "fp32_grads" in backward:
             del backward["fp32_grads"]
             step["flat_grad_copy"] = element * math.ceil(params / world)
-        if master == "bf16":
+        if master == "bf16" and offload_optimizer == "none":
             partition = math.ceil(params / world)
             for terms in (backward, step):
                 terms.update(master_weights=memory.MASTER_BYTES[master] * partition,
                              optimizer_states=memory.MOMENT_BYTES[master] * partition)
             del step["fp32_grads"]  # the flat copy is the gradient the optimizer reads
+    if optimizer == "muon":
+        for terms in (backward, step):
+            terms.update(muon_states(model, stage, world, precision))
     host = host_memory.runtime_host(params, stage, gpus_per_node, nodes, offload_optimizer, offload_param,
-                                    precision, largest, pin_memory, pin_backend, sub_group_size)
+                                    precision, largest, pin_memory, pin_backend, sub_group_size, master,
+                                    master)  # fit's bf16 rows keep bf16 moments too
     return ModelStates(estimate, backward, step, host)
+
+
+def muon_states(model, stage, world_size, precision="bf16"):
+    """{"master_weights", "optimizer_states", "muon_momentum"}: the optimizer side DeepSpeed's Muon keeps on the GPU
+    that holds the most (zerolab.engine.muon.most_loaded_rank): fp32 master weights of both halves, Adam's moments
+    for what Muon does not step, and Muon's momentum in the training dtype, whole for each matrix a rank's partition
+    touches at stages 1-2."""
+    shapes = model.parameter_shapes()
+    use_muon = [muon.steps_with_muon(name, shape) for name, shape in shapes]
+    _, held = muon.most_loaded_rank([shape for _, shape in shapes], use_muon, stage, world_size, precision)
+    return {"master_weights": held["master_weights"], "optimizer_states": held["adam_moments"],
+            "muon_momentum": held["momentum"]}
 
 
 def gathered_params(params, largest, kept=max(MAX_LIVE_PARAMETERS, MAX_REUSE_DISTANCE)):
@@ -124,9 +147,19 @@ def _check_master(master, stage, precision, offload_optimizer, offload_param):
         raise ValueError(f"master must be one of {', '.join(memory.MASTER_BYTES)}, got {master!r}")
     if master == "bf16" and (stage == 0 or precision != "bf16"):
         raise ValueError("bf16 master weights need bf16 training and ZeRO stage 1, 2 or 3")
-    if master == "bf16" and (offload_optimizer, offload_param) != ("none", "none"):
-        raise ValueError("bf16 master weights with offload are not modelled yet: DeepSpeed steps them with its CPU "
-                         "Adam, whose host buffers zerolab.engine.host_memory counts for fp32 masters only")
+    if master == "bf16" and (offload_param != "none" or offload_optimizer not in ("none", "cpu")
+                             or (stage == 3 and offload_optimizer != "none")):
+        raise ValueError("bf16 master weights with offload are modelled at stages 1-2 with the optimizer in CPU "
+                         "memory (the host buffers measured on CPU ranks); ZeRO-3 and NVMe offload are not yet")
+
+
+def _check_optimizer(optimizer, stage, precision, offload_optimizer, offload_param, master):
+    if optimizer not in memory.OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(memory.OPTIMIZERS)}, got {optimizer!r}")
+    if optimizer == "muon" and (stage == 0 or precision not in ("bf16", "fp32") or master != "fp32"
+                                or (offload_optimizer, offload_param) != ("none", "none")):
+        raise ValueError("Muon is modelled at ZeRO stages 1-3, in bf16 or fp32 training, without offload and with "
+                         "fp32 master weights, the setups measured on CPU ranks")
 
 
 def _stage3(params, largest, world, element, offload_optimizer, offload_param, kept, sub_group_size, master="fp32"):

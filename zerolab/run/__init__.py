@@ -76,7 +76,7 @@ def run(config=None, ranks=2, device="cpu", steps=5, model=ModelSpec(), timeout=
                      # Muon's traffic (all-reduces of the matrices that straddle partitions) is not modelled yet
                      predicted_traffic=None if layout else [
                          step_traffic(sizes, stage, ranks, rank, setup["accumulation"], precision, offload_optimizer,
-                                      offload_param, device) for rank in range(ranks)])
+                                      offload_param, device, master) for rank in range(ranks)])
 
 
 def run_in_notebook(config=None, ranks=2, steps=3, **options):

@@ -11,7 +11,7 @@ the tokens it trains), the less recomputation first on a tie. Each rejected setu
 from dataclasses import dataclass
 
 from zerolab.sizing import budget as budgets
-from zerolab.engine import comm, memory
+from zerolab.engine import comm, memory, muon
 from zerolab.sizing import gpus, host_speed, step_time
 from zerolab.engine.activations import RECOMPUTE, activation_memory
 from zerolab.engine.activations_hf import RECOMPUTE as HF_RECOMPUTE
@@ -33,6 +33,7 @@ class Option:
     tight: bool = False  # within the headroom of the GPU's memory even at micro_batch
     largest_micro_batch: int = 0  # the largest that fits at all
     master: str = "fp32"  # the master weights' (and Adam moments') dtype: "bf16" is DeepSpeed's bf16 optimizer states
+    optimizer: str = "adamw"  # "muon": DeepSpeed's Muon for the matrices, Adam for the rest
 
     @property
     def fits(self):
@@ -44,7 +45,7 @@ class Option:
 
     def as_dict(self):
         return {"stage": self.stage, "offload_optimizer": self.offload_optimizer, "offload_param": self.offload_param,
-                "master": self.master, "recompute": self.recompute, "fits": self.fits, "micro_batch": self.micro_batch,
+                "master": self.master, "optimizer": self.optimizer, "recompute": self.recompute, "fits": self.fits, "micro_batch": self.micro_batch,
                 "gpu_bytes": self.budget.gpu_bytes, "gpu_peak": self.budget.peak,
                 "gpu_lines": dict(self.budget.gpu), "gpu_backward_lines": dict(self.budget.backward),
                 "gpu_step_lines": dict(self.budget.step), "model_state_terms": {
@@ -74,6 +75,7 @@ class Fit:
     assumptions: dict = None  # mfu, inter_node, cpu_adam_params_per_s (and where it came from), headroom
     implementation: str = "megatron"  # whose activations: zerolab.engine.activations' implementation
     masters: tuple = ("fp32",)  # the master-weight dtypes the rows were tried with
+    optimizers: tuple = ("adamw",)  # the optimizers the rows were tried with
 
     @property
     def world_size(self):
@@ -82,7 +84,8 @@ class Fit:
 
 def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=None, precision="bf16",
         attention="flash", gpu=None, mfu=step_time.MFU, inter_node=step_time.INTER_NODE_BYTES_PER_S,
-        cpu_adam_params_per_s=None, headroom=HEADROOM, implementation="megatron", masters=("fp32",)):
+        cpu_adam_params_per_s=None, headroom=HEADROOM, implementation="megatron", masters=("fp32",),
+        optimizers=("adamw",)):
     """Every stage / offload / recomputation combination for ``model``, the fitting ones ranked fastest first.
 
     ``implementation`` says whose code keeps the activations (zerolab.engine.activations): "megatron" (Korthikanti et al.,
@@ -91,7 +94,13 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
 
     ``masters`` ("fp32", "bf16" or both): the master weights' dtype, each a set of rows. "bf16" is DeepSpeed's
     bf16.bf16_master_weights_and_grads with bf16_optimizer_states (zerolab.engine.zero_terms), tried at stages 1-3
-    without offload (the setups modelled); on a tie in speed the fp32 row ranks first, as it costs no accuracy.
+    without offload and at stages 1-2 with the optimizer in CPU memory (the setups modelled); on a tie in speed the
+    fp32 row ranks first, as it costs no accuracy.
+
+    ``optimizers`` ("adamw", "muon" or both): "muon" is DeepSpeed's Muon (zerolab.engine.muon: one momentum in the
+    training dtype for the matrices it steps, Adam for the rest), tried at stages 1-2 without offload and with fp32
+    master weights; its rows add the busiest GPU's Newton-Schulz FLOPs to the step. At stage 3 Muon changes the
+    collectives (reduce_scatter off, updates gathered round-robin), which the times do not model yet.
 
     ``gpu`` is a zerolab.sizing.gpus preset name or GPU (its memory is used when gpu_memory is None; its speeds for the
     times, zerolab.sizing.gpus.DEFAULT_FOR_TIME's without it). ``cpu_adam_params_per_s`` defaults to what
@@ -108,6 +117,10 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
         raise ValueError(f"masters must be some of {', '.join(memory.MASTER_BYTES)}, got {masters!r}")
     if "bf16" in masters and precision != "bf16":
         raise ValueError("bf16 master weights need bf16 training (precision bf16)")
+    if not optimizers or any(optimizer not in memory.OPTIMIZERS for optimizer in optimizers):
+        raise ValueError(f"optimizers must be some of {', '.join(memory.OPTIMIZERS)}, got {optimizers!r}")
+    if "muon" in optimizers and precision not in ("bf16", "fp32"):
+        raise ValueError("Muon is modelled in bf16 or fp32 training (precision bf16 or fp32)")
     speeds = device or gpus.preset(gpus.DEFAULT_FOR_TIME)
     adam_source = "given"
     if cpu_adam_params_per_s is None:
@@ -123,12 +136,16 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
     def activations(micro, recompute):
         return activation_memory(model, seq_len, micro, precision, attention, recompute, implementation=implementation)
     one_sequence = {recompute: activations(1, recompute) for recompute in recomputes}
-    for master, stage, offload_optimizer, offload_param in _setups(masters):
+    muon_flops = {}
+    for master, optimizer, stage, offload_optimizer, offload_param in _setups(masters, optimizers):
         traffic = comm.traffic(model.params(), stage, gpus_per_node * nodes, precision=precision,
                                offload_optimizer=offload_optimizer, offload_param=offload_param,
-                               bucket_allreduce=True)
+                               bucket_allreduce=True, master=master)
         states = budgets.model_states(model, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision,
-                                      master=master)
+                                      master=master, optimizer=optimizer)
+        optimizer_flops = 0
+        if optimizer == "muon":
+            optimizer_flops = muon_flops.setdefault(stage, _muon_rank_flops(model, gpus_per_node * nodes))
         buckets = budgets.bucket_bytes(stage, precision)
         for recompute in recomputes:
             largest = budgets.largest_micro_batch(gpu_memory, states, one_sequence[recompute], buckets)
@@ -148,27 +165,43 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
                           f"{_gb(host_memory)}")
             if reason:
                 rejected.append(Option(stage, offload_optimizer, offload_param, recompute, 0, plan, traffic, reason,
-                                       master=master))
+                                       master=master, optimizer=optimizer))
                 continue
             timing = step_time.step_time(model.params(), stage, gpus_per_node, nodes, micro, seq_len, speeds,
                                          recompute, offload_optimizer, offload_param, precision, mfu, inter_node,
-                                         cpu_adam_params_per_s)
+                                         cpu_adam_params_per_s, optimizer_flops=optimizer_flops, master=master)
             tight = plan.gpu_bytes > (1 - headroom) * gpu_memory
             rows.append(Option(stage, offload_optimizer, offload_param, recompute, micro, plan, traffic, "", timing,
-                               tight, largest, master))
+                               tight, largest, master, optimizer))
     rows.sort(key=lambda o: (-o.time.tokens_per_s, RECOMPUTE.index(o.recompute), o.master != "fp32",
-                             o.budget.gpu_bytes, o.stage))
+                             o.optimizer != "adamw", o.budget.gpu_bytes, o.stage))
     return Fit(model, seq_len, gpu_memory, host_memory, gpus_per_node, nodes, precision, attention, tuple(rows),
-               tuple(rejected), speeds, assumptions, implementation, tuple(masters))
+               tuple(rejected), speeds, assumptions, implementation, tuple(masters), tuple(optimizers))
 
 
-def _setups(masters):
-    """(master, stage, offload_optimizer, offload_param) to try: every combination with fp32 master weights, the
-    ones without offload at stages 1-3 with bf16 (what zerolab.engine.zero_terms models)."""
+def _setups(masters, optimizers=("adamw",)):
+    """(master, optimizer, stage, offload_optimizer, offload_param) to try: every combination with fp32 master
+    weights and Adam; bf16 master weights without offload at stages 1-3 and with CPU optimizer offload at stages 1-2
+    (what zerolab.engine.zero_terms models); Muon with fp32 master weights without offload at stages 1-2 (what the
+    step times model)."""
     for master in masters:
-        for stage, offload_optimizer, offload_param in memory.combinations():
-            if master == "fp32" or (stage > 0 and (offload_optimizer, offload_param) == ("none", "none")):
-                yield master, stage, offload_optimizer, offload_param
+        for optimizer in optimizers:
+            if optimizer == "muon" and master != "fp32":
+                continue
+            for stage, offload_optimizer, offload_param in memory.combinations():
+                plain = (offload_optimizer, offload_param) == ("none", "none")
+                if optimizer == "muon":
+                    if stage in (1, 2) and plain:
+                        yield master, optimizer, stage, offload_optimizer, offload_param
+                elif master == "fp32" or (stage > 0 and plain) or (
+                        stage in (1, 2) and (offload_optimizer, offload_param) == ("cpu", "none")):
+                    yield master, optimizer, stage, offload_optimizer, offload_param
+
+
+def _muon_rank_flops(model, world_size):
+    shapes = model.parameter_shapes()
+    return muon.newton_schulz_rank_flops([shape for _, shape in shapes],
+                                         [muon.steps_with_muon(name, shape) for name, shape in shapes], world_size)
 
 
 def implementation_for(model):
@@ -198,6 +231,10 @@ def ds_config(option, world_size, precision="bf16"):
         config[precision] = {"enabled": True}
     if option.master == "bf16":
         config["bf16"].update(bf16_master_weights_and_grads=True, bf16_optimizer_states=True)
+        if option.offload_optimizer != "none":  # DeepSpeed steps offloaded bf16 masters only with the CPU Adam it
+            config["optimizer"] = {"type": "AdamW", "params": {}}  # builds from this block itself
+    if option.optimizer == "muon":  # DeepSpeed's own defaults for both halves' settings
+        config["optimizer"] = {"type": "Muon", "params": {}}
     return config
 
 

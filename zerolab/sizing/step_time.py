@@ -11,6 +11,8 @@
   CPU Adam    the node's ranks step their partitions at once on the node's cores: params per node / the node's
               CPU Adam throughput (measured by `zerolab fit --measure-host`, else CPU_ADAM_PARAMS_PER_S)
   NVMe        bytes swapped per node / NVME_BYTES_PER_S
+  Muon        the busiest rank's Newton-Schulz FLOPs (zerolab.engine.muon.newton_schulz_rank_flops) at ``mfu`` of
+              the same peak, inside step(): nothing runs beside it
 What overlaps (zerolab.engine.comm.step_time, with overlap_comm as `zerolab fit` configures it): gradient reductions and
 the gradient copies to the host run during backward and hide behind it, except the last bucket; ZeRO-3's forward
 gathers hide behind forward compute through prefetching and its backward gathers behind backward compute. The
@@ -37,10 +39,11 @@ class StepTime:
     cpu_adam_s: float
     nvme_s: float
     link: float  # bytes/s the collectives ran at
+    optimizer_s: float = 0.0  # Muon's Newton-Schulz on the GPU
 
     @property
     def total_s(self):
-        return self.compute_s + self.exposed_s + self.cpu_adam_s + self.nvme_s
+        return self.compute_s + self.exposed_s + self.cpu_adam_s + self.nvme_s + self.optimizer_s
 
     @property
     def tokens_per_s(self):
@@ -50,7 +53,7 @@ class StepTime:
     def as_dict(self):
         return {"tokens_per_gpu": self.tokens, "compute_s": self.compute_s, "collectives_s": self.collectives_s,
                 "pcie_s": self.pcie_s, "exposed_comm_s": self.exposed_s, "cpu_adam_s": self.cpu_adam_s,
-                "nvme_s": self.nvme_s, "total_s": self.total_s, "tokens_per_s_per_gpu": self.tokens_per_s,
+                "nvme_s": self.nvme_s, "optimizer_s": self.optimizer_s, "total_s": self.total_s, "tokens_per_s_per_gpu": self.tokens_per_s,
                 "collective_link_bytes_per_s": self.link}
 
 
@@ -67,8 +70,11 @@ def collective_link(gpu, nodes, inter_node=INTER_NODE_BYTES_PER_S):
 def step_time(params, stage, gpus_per_node, nodes, micro_batch, seq_len, gpu, recompute="none",
               offload_optimizer="none", offload_param="none", precision="bf16", mfu=MFU,
               inter_node=INTER_NODE_BYTES_PER_S, cpu_adam_params_per_s=CPU_ADAM_PARAMS_PER_S,
-              nvme_bytes_per_s=NVME_BYTES_PER_S, overlap_comm=True):
-    """StepTime of one optimizer step with gradient accumulation 1, per GPU. ``gpu`` is a zerolab.sizing.gpus.GPU."""
+              nvme_bytes_per_s=NVME_BYTES_PER_S, overlap_comm=True, optimizer_flops=0, master="fp32"):
+    """StepTime of one optimizer step with gradient accumulation 1, per GPU. ``gpu`` is a zerolab.sizing.gpus.GPU;
+    ``optimizer_flops``: what the optimizer computes on the busiest GPU each step (Muon's Newton-Schulz); ``master``
+    "bf16": bf16 master weights, whose offloaded gradients cross PCIe in bf16 (CPU Adam's speed is taken as
+    fp32's: it has not been measured with bf16 masters)."""
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     world = gpus_per_node * nodes
@@ -76,7 +82,7 @@ def step_time(params, stage, gpus_per_node, nodes, micro_batch, seq_len, gpu, re
     peak = gpu.bf16_flops / (2 if precision == "fp32" else 1)
     compute_s = compute_flops(params, tokens, recompute) / (peak * mfu)
     traffic = comm.traffic(params, stage, world, 1, precision, offload_optimizer=offload_optimizer,
-                           offload_param=offload_param, bucket_allreduce=True)
+                           offload_param=offload_param, bucket_allreduce=True, master=master)
     link = collective_link(gpu, nodes, inter_node)
     overlapped = comm.step_time(traffic, compute_s, link=link, host_link=gpu.pcie,
                                 overlap_comm=overlap_comm and stage > 0)
@@ -85,4 +91,4 @@ def step_time(params, stage, gpus_per_node, nodes, micro_batch, seq_len, gpu, re
         cpu_adam_s = params / world * gpus_per_node / cpu_adam_params_per_s
     nvme_s = traffic.nvme_bytes * gpus_per_node / nvme_bytes_per_s
     return StepTime(tokens, compute_s, overlapped.comm_s, overlapped.host_s, overlapped.exposed_s, cpu_adam_s,
-                    nvme_s, link)
+                    nvme_s, link, optimizer_flops / (peak * mfu))
