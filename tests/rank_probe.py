@@ -51,9 +51,10 @@ def _counted(name, method, calls):
 
 
 def deepspeed_initializes(job, namespace):
-    """[{"accepted": bool, "error": its message, "optimizer": the engine's optimizer class, "trained": bool}] of
-    deepspeed.initialize with each config of job["configs"] on the fixed model, each on a fresh copy of it, then (with
-    job["train"]) one training step: a key DeepSpeed reads can fail there (tests/test_config_initialize.py)."""
+    """[{"accepted": bool, "error": its message, "optimizer": the engine's optimizer class, "inner": the optimizer
+    that one wraps, "trained": bool}] of deepspeed.initialize with each config of job["configs"] on the fixed model,
+    each on a fresh copy of it, then (with job["train"]) one training step: a key DeepSpeed reads can fail there
+    (tests/test_config_initialize.py)."""
     import deepspeed
 
     from zerolab.handmade.core import model as fixed
@@ -65,7 +66,8 @@ def deepspeed_initializes(job, namespace):
         net, outcome = fixed.build(), {"accepted": False, "error": "", "optimizer": None, "trained": False}
         try:
             engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=net.parameters(), config=config)
-            outcome.update(accepted=True, optimizer=type(engine.optimizer).__name__)
+            outcome.update(accepted=True, optimizer=type(engine.optimizer).__name__,
+                           inner=type(getattr(engine.optimizer, "optimizer", None)).__name__)
             if job.get("train"):
                 inputs, targets = fixed.batch(0)
                 micro = engine.train_micro_batch_size_per_gpu()

@@ -70,6 +70,20 @@ ZENFLOW_CASES = {
 CASES += [case for cases in ZENFLOW_CASES.values() for case in cases]
 
 
+def fit_emitted(master, offload):
+    """The ds_config `zerolab fit --emit-config` gives for a row of one GPU (GPT-3 125M)."""
+    from zerolab.engine.models import preset
+    from zerolab.sizing.fit import ds_config, fit
+
+    result = fit(preset("gpt3-125m"), 1024, gpu="a100-40gb", masters=("fp32", "bf16"))
+    row = next(o for o in result.rows if (o.master, o.offload_optimizer, o.recompute) == (master, offload, "none"))
+    return ds_config(row, result.world_size)
+
+
+FIT_EMITTED = [fit_emitted("bf16", "cpu")]  # bf16 master weights under offload need the CPU Adam the block asks for
+CASES += FIT_EMITTED
+
+
 @pytest.fixture(scope="module")
 def initialized():
     """DeepSpeed's answer to each case, from one rank."""
@@ -160,6 +174,13 @@ def test_deepspeed_tags_which_parameters_muon_steps_itself():
         [tags] = harness.run({"kind": "rank_probe:muon_tags", "stage": 2}, 1, timeout=300, progress=False)
     assert tags == {"embed_tokens.weight": False, "hidden.weight": True, "hidden.bias": False, "norm.weight": False,
                     "norm.bias": False, "lm_head.weight": False}, tags
+
+
+def test_fits_emitted_bf16_offload_config_initializes_with_deepspeeds_cpu_adam(initialized):
+    outcomes = dict(zip(map(repr, CASES), initialized))
+    for case in FIT_EMITTED:
+        outcome = outcomes[repr(case)]
+        assert outcome["accepted"] and outcome["inner"] == "DeepSpeedCPUAdam", outcome
 
 
 def test_the_grid_has_both_answers(initialized):
