@@ -15,14 +15,15 @@
 #   replaces Adam, then check both on CPU ranks;
 # - say what calling `loss.backward()` instead of `engine.backward(loss)` changes;
 # - reproduce a ZeRO-3 hang on two CPU ranks, stop it with a timeout, read which rank waits where, and fix it;
-# - pick the newer DeepSpeed feature a situation calls for, for the reason DeepSpeed's own figures give;
+# - pick the newer DeepSpeed feature a situation calls for, for the reason DeepSpeed's own figures give, and run
+#   ZenFlow, AutoTP and Ulysses on CPU ranks;
 # - count what ZeRO-3 sends across nodes per step and what ZeRO++ takes off it, and measure hpZ on 4 CPU ranks;
 # - say how much host memory each rank needs to build a model, with and without `deepspeed.zero.Init`, and measure it.
 #
 # As in lesson 06, predictions come from the engine (`zerolab.engine.memory`) and measurements from real
 # DeepSpeed 0.19.8 engines on CPU ranks (`zerolab.run`). There are hidden tests.
 
-# %% [markdown] lang="zh" en="832348e74c32"
+# %% [markdown] lang="zh" en="828036bc5939"
 # ## 学习目标
 #
 # 前面几课按 ZeRO 论文（2019）的口径计数：每个参数 2 字节参数、2 字节梯度、K = 12 字节 Adam 状态。DeepSpeed 已经往前走了，别人交给你的配置里用的是它较新的选项。学完本课，你能够：
@@ -30,7 +31,7 @@
 # - 预测 DeepSpeed 把主权重和 Adam 动量保存为 bf16 时、以及用 Muon 代替 Adam 时每个 rank 的字节数，并在 CPU rank 上验证这两种情况；
 # - 说出用 `loss.backward()` 代替 `engine.backward(loss)` 会改变什么；
 # - 在两个 CPU rank 上复现一次 ZeRO-3 挂起，用超时让它停下，看出哪个 rank 在哪里等待，并修好它；
-# - 针对一个场景选出应该使用的 DeepSpeed 新特性，理由来自 DeepSpeed 自己公布的数字；
+# - 针对一个场景选出应该使用的 DeepSpeed 新特性，理由来自 DeepSpeed 自己公布的数字，并在 CPU rank 上运行 ZenFlow、AutoTP 和 Ulysses；
 # - 算出 ZeRO-3 每步跨节点传输多少、ZeRO++ 能省掉多少，并在 4 个 CPU rank 上实测 hpZ；
 # - 说出每个 rank 构建模型时需要多少主机内存（用与不用 `deepspeed.zero.Init`），并实测它。
 #
@@ -519,7 +520,8 @@ elif revealed("FIX"):
 # ## 6. Which newer feature, when
 #
 # ZeRO itself has not changed since lesson 01; what DeepSpeed added around it each answers one bottleneck. The
-# figures are DeepSpeed's own, from the pages linked (measured on GPUs, not reproducible here):
+# figures are DeepSpeed's own, from the pages linked, measured on GPUs; after exercise 5 you run on CPU ranks those
+# features that DeepSpeed's CPU accelerator supports:
 #
 # | feature | the bottleneck it attacks | DeepSpeed's published figure | what DeepSpeed's pages say it needs |
 # |---|---|---|---|
@@ -530,10 +532,10 @@ elif revealed("FIX"):
 # | Ulysses / ALST | activations grow with the sequence, and ZeRO does not split them | Llama-8B at "500K tokens on a single H100 GPU, 3.7M on a single node, and 15M [...] using just four nodes" ([tutorial](https://www.deepspeed.ai/tutorials/ulysses-alst-sequence-parallelism/)) | attention heads divisible by the ranks, the `mpu` it returns passed to `deepspeed.initialize` |
 # | ZeRO++ | the bytes of ZeRO-3's collectives over a slow network | "reduces communication volume by 4x compared to ZeRO baseline", "up to 2.16x better throughput at 384 GPU scale" ([tutorial](https://www.deepspeed.ai/tutorials/zeropp/), [paper](https://arxiv.org/abs/2306.10209)) | ZeRO-3, `zero_quantized_weights`, `zero_hpz_partition_size`, `zero_quantized_gradients` |
 
-# %% [markdown] lang="zh" en="243f61a4ec5a"
+# %% [markdown] lang="zh" en="04dc648b37fb"
 # ## 6. 什么时候用哪个新特性
 #
-# 从第 01 课以来 ZeRO 本身没有变；DeepSpeed 在它周围新增的东西，各自针对一个瓶颈。下面的数字是 DeepSpeed 自己公布的，出自所附链接的页面（在 GPU 上测得，这里无法复现）：
+# 从第 01 课以来 ZeRO 本身没有变；DeepSpeed 在它周围新增的东西，各自针对一个瓶颈。下面的数字是 DeepSpeed 自己公布的，出自所附链接的页面，在 GPU 上测得；做完练习 5 之后，你会在 CPU rank 上运行 DeepSpeed 的 CPU 加速器支持的那几个特性：
 #
 # | 特性 | 它针对的瓶颈 | DeepSpeed 公布的数字 | DeepSpeed 的页面说它需要什么 |
 # |---|---|---|---|
@@ -606,6 +608,120 @@ _given = _plain(PICKS, "PICKS")
 assert {_s: _choice(_given[_s], _keys.FEATURES, _s) for _s in _keys.SITUATIONS} == _keys.PICKS, "PICKS is not right"
 ### END HIDDEN TESTS
 passed("PICKS")
+
+# %% [markdown]
+# ### Three of them on CPU ranks
+#
+# The speed-ups above need GPUs, but three of these features run on DeepSpeed's CPU accelerator, where you can see
+# what each one changes. The next cells start 2 CPU ranks for each, about 20 seconds in all.
+#
+# ZenFlow first. A small MLP trains 4 steps on one batch under ZeRO-2 with the optimizer offloaded to DeepSpeed's
+# CPU Adam, from the same seed twice: plainly (ZeRO-Offload), and with a `zero_optimization.zenflow` block
+# (`topk_ratio` 0.1, `update_interval` 2, `select_strategy` "step" with `select_interval` 2, `overlap_step` false).
+# After each step the cell reads the optimizer object: whether DeepSpeed's CPU Adam stepped, which columns of the
+# first weight ZenFlow selected (`selected_indices`), and how many columns of that weight changed.
+# <!-- claim: zenflow-trains-on-cpu-ranks -->
+
+# %% [markdown] lang="zh" en="7cf1b7fba52f"
+# ### 其中三个在 CPU rank 上运行
+#
+# 上面的加速需要 GPU，但这些特性里有三个能在 DeepSpeed 的 CPU 加速器上运行，在这里就能看到每一个改变了什么。接下来的单元格为每个特性启动 2 个 CPU rank，总共大约 20 秒。
+#
+# 先看 ZenFlow。一个小 MLP 在同一个 batch 上训练 4 步，使用 ZeRO-2，优化器卸载到 DeepSpeed 的 CPU Adam，从同一个随机种子出发训练两遍：一遍不加别的（ZeRO-Offload），一遍加上 `zero_optimization.zenflow` 块（`topk_ratio` 0.1，`update_interval` 2，`select_strategy` 为 "step"、`select_interval` 2，`overlap_step` 为 false）。每一步之后，单元格读取优化器对象：DeepSpeed 的 CPU Adam 这一步有没有更新，ZenFlow 在第一个权重里选中了哪些列（`selected_indices`），以及这个权重有多少列发生了变化。
+# <!-- claim: zenflow-trains-on-cpu-ranks -->
+
+# %%
+from zerolab.run import features
+
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    _zenflow_runs = features.compare(("zenflow",))
+    print(features.zenflow_table(_zenflow_runs))
+    _zenflow = _zenflow_runs["zenflow"][0]["ZenFlow"]
+    print(tr(f"ZenFlow's optimizer: {_zenflow['optimizer']} over {_zenflow['cpu_optimizer']}; "
+             f"gradient_accumulation_steps: {_zenflow['gradient_accumulation_steps']}"))
+    print(tr(f"after deepspeed.initialize, the model's weights unchanged: {_zenflow['weights_kept']}; "
+             f"each 2-D weight holding its transpose's values: {_zenflow['weights_transposed_in_place']}"))
+
+# %% [markdown]
+# Both losses fall. ZenFlow set `gradient_accumulation_steps` to its `update_interval`, so DeepSpeed's CPU Adam
+# stepped only every second step, with the gradients summed since. On the steps between, only the columns ZenFlow
+# selected changed: those with the largest gradients, `topk_ratio` of them, which its selective AdamW updated at
+# once, without the CPU. That is ZenFlow's bet: the few important columns cannot wait, the rest can wait for the CPU.
+# <!-- claim: zenflow-selected-columns-between-cpu-steps -->
+#
+# The first losses differ although nothing had stepped: ZenFlow lays each 2-D weight out column by column, and
+# DeepSpeed 0.19.8's `initialize` reads that buffer back in the weight's own shape, so each 2-D weight starts out
+# holding its transpose's values (the last line). A random start does not mind; with a pretrained model, compare
+# the weights after `initialize`. <!-- claim: zenflow-initialize-transposes-weights -->
+
+# %% [markdown] lang="zh" en="3a1dbb0c0459"
+# 两条 loss 都在下降。ZenFlow 把 `gradient_accumulation_steps` 设成了它的 `update_interval`，所以 DeepSpeed 的 CPU Adam 每隔一步才更新一次，用的是这期间累加的梯度。在两次之间的那些步里，只有 ZenFlow 选中的列发生了变化：梯度最大的那些列，占 `topk_ratio`，由它的选择性 AdamW 立即更新，不等 CPU。这就是 ZenFlow 的赌注：少数重要的列等不得，其余的列可以等 CPU。
+# <!-- claim: zenflow-selected-columns-between-cpu-steps -->
+#
+# 还没有任何更新，第一步的 loss 就不同了：ZenFlow 把每个 2 维权重按列排布，而 DeepSpeed 0.19.8 的 `initialize` 又按权重自己的形状把这块缓冲区读回来，于是每个 2 维权重一开始装的是它转置的值（最后一行）。随机初始化的模型不在乎这一点；如果是预训练模型，请在 `initialize` 之后比对一下权重。 <!-- claim: zenflow-initialize-transposes-weights -->
+
+# %% [markdown]
+# AutoTP next. A tiny Llama is built from a transformers config (no download: hidden size 64, 2 layers, 4 heads) and
+# trained under ZeRO-1 with `"tensor_parallel": {"autotp_size": 2}`. DeepSpeed replaces each projection by a layer
+# that holds half of its weight: split by output for q, k, v, gate and up (`LinearLayer`), by input for o and down
+# (`LinearAllreduce`, which sums the ranks' partial outputs). The next cell prints each projection of the first layer,
+# the whole weight next to rank 0's half, and the first loss next to the same model's without tensor parallelism.
+# The 2 ranks form one tensor-parallel group, and the cell prints how many data-parallel ranks that leaves.
+# <!-- claim: autotp-halves-every-projection -->
+
+# %% [markdown] lang="zh" en="6ac55d9d4de6"
+# 接下来是 AutoTP。从 transformers 的配置建出一个很小的 Llama（不下载：hidden size 64，2 层，4 个头），在 ZeRO-1 下用 `"tensor_parallel": {"autotp_size": 2}` 训练。DeepSpeed 把每个投影层换成只持有一半权重的层：q、k、v、gate 和 up 按输出切分（`LinearLayer`），o 和 down 按输入切分（`LinearAllreduce`，它把各个 rank 的部分输出相加）。下一个单元格打印第一层的每个投影：完整的权重和 rank 0 持有的一半并列，以及第一步的 loss 和同一个模型不用张量并行时的 loss 并列。2 个 rank 组成一个张量并行组，单元格也打印出这样还剩几个数据并行 rank。
+# <!-- claim: autotp-halves-every-projection -->
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    _autotp_runs = features.compare(("autotp",))
+    print(features.autotp_table(_autotp_runs))
+    _autotp = _autotp_runs["autotp"][0]
+    print(tr(f"loss without tensor parallelism {_autotp['reference_loss']:.6f}, with AutoTP on 2 ranks "
+             f"{_autotp['losses'][0]:.6f}; data-parallel ranks: {_autotp['data_parallel_ranks']}"))
+
+# %% [markdown]
+# Ulysses splits the sequence instead. `UlyssesSPAttentionHF.register_with_transformers(...,
+# sequence_parallel_size=2)` wraps the same Llama's sdpa attention and returns the `mpu` passed to
+# `deepspeed.initialize` (ZeRO-3 here). Each rank is given its half of a 16-token sequence, with the labels shifted
+# before the split, as DeepSpeed's data-loader adapter does, and the ranks add up their losses into the whole
+# sequence's. The next cell prints which tokens each rank held and the loss it got, next to the loss of the whole
+# sequence on one process. <!-- claim: ulysses-reproduces-unsharded-loss -->
+
+# %% [markdown] lang="zh" en="6091def44f2f"
+# Ulysses 切分的则是序列。`UlyssesSPAttentionHF.register_with_transformers(..., sequence_parallel_size=2)` 包装同一个 Llama 的 sdpa 注意力，并返回要传给 `deepspeed.initialize` 的 `mpu`（这里用 ZeRO-3）。一个 16 个 token 的序列，每个 rank 拿到其中一半，标签在切分之前就已移位，和 DeepSpeed 的数据加载适配器的做法一样；各个 rank 再把自己的 loss 合成整个序列的 loss。下一个单元格打印每个 rank 持有哪些 token、得到的 loss，以及在一个进程上处理整个序列时的 loss。 <!-- claim: ulysses-reproduces-unsharded-loss -->
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    _ulysses_runs = features.compare(("ulysses",))
+    for _rank, _found in enumerate(_ulysses_runs["ulysses"]):
+        print(tr(f"rank {_rank}: tokens {_found['local_positions'][0]} to {_found['local_positions'][-1]} of "
+                 f"{_found['sequence']}, loss {_found['loss']:.6f}; the whole sequence on one process "
+                 f"{_found['reference_loss']:.6f}"))
+
+# %% [markdown]
+# SuperOffload and DeepCompile do not run here. The next cell asks DeepSpeed on 2 CPU ranks: DeepCompile's own
+# check, `deepspeed.compile.util.is_deepcompile_supported()` (torch 2.6 or later and a CUDA accelerator), and
+# `deepspeed.initialize` with ZeRO-3 and `offload_optimizer.super_offload` true, whose error it prints as raised.
+# Their figures in the table above stay DeepSpeed's own. <!-- claim: deepcompile-needs-cuda --> <!-- claim: superoffload-refuses-cpu -->
+
+# %% [markdown] lang="zh" en="2e058e5398fd"
+# SuperOffload 和 DeepCompile 在这里无法运行。下一个单元格在 2 个 CPU rank 上问 DeepSpeed：DeepCompile 自己的检查 `deepspeed.compile.util.is_deepcompile_supported()`（torch 2.6 或更高版本，以及 CUDA 加速器），以及用 ZeRO-3 加上 `offload_optimizer.super_offload` 为 true 调用 `deepspeed.initialize`，并原样打印它抛出的错误。上表中它们的数字仍然只是 DeepSpeed 自己公布的。 <!-- claim: deepcompile-needs-cuda --> <!-- claim: superoffload-refuses-cpu -->
+
+# %%
+if os.environ.get("NBGRADER_EXECUTION"):
+    print(tr("Real runs are skipped while grading."))
+else:
+    _refusals = features.compare(("refusals",))["refusals"][0]
+    print(tr(f"deepspeed.compile.util.is_deepcompile_supported(): {_refusals['deepcompile_supported']}"))
+    print(tr(f"SuperOffload: {_refusals['superoffload']['type']}: {_refusals['superoffload']['message']}"))
 
 # %% [markdown]
 # ## 7. ZeRO++: fewer bytes across nodes
@@ -769,20 +885,22 @@ else:
 #   steps yourself.
 # - Every ZeRO-3 rank must run every module in the same order; a timeout turns a hang into a traceback that says
 #   where each rank waited.
-# - DeepSpeed's newer features each attack one bottleneck: find yours first.
+# - DeepSpeed's newer features each attack one bottleneck: find yours first. On CPU ranks ZenFlow updates the
+#   selected columns between CPU Adam steps, AutoTP holds half of every projection and Ulysses half of the sequence,
+#   each with the loss of the run without it; SuperOffload and DeepCompile refuse the CPU accelerator.
 # - ZeRO-3 moves 3M across nodes per step; hpZ keeps backward's all-gather inside the node (2M, measured), and qwZ
 #   and qgZ shrink the rest to 0.75M in the ZeRO++ blog's accounting.
 # - A model built on every rank without `zero.Init` is whole on every rank: g copies on a node of g ranks. Inside
 #   `deepspeed.zero.Init` each rank keeps only its share.
 
-# %% [markdown] lang="zh" en="eecb2d815b8d"
+# %% [markdown] lang="zh" en="9fd9f2a1b7cd"
 # ## 小结
 #
 # - 打开 `bf16_master_weights_and_grads` 和 `bf16_optimizer_states` 后，K 是每个参数 6 字节而不是 12 字节，切分方式不变；代价是小更新的精度。
 # - Muon 为每个矩阵保存一个与梯度同类型的动量，而 Adam 保存两个 fp32 动量；在 stage 1-2，跨两个分区的矩阵会在两个 rank 上都保存动量。
 # - 在 ZeRO 引擎上，`loss.backward()` 的训练结果与 `engine.backward(loss)` 相同；不要自己再除以累积步数。
 # - 每个 ZeRO-3 rank 都必须按相同的顺序运行每个模块；超时能把挂起变成一个 traceback，说明每个 rank 在哪里等待。
-# - DeepSpeed 的新特性各自针对一个瓶颈：先找到你的瓶颈。
+# - DeepSpeed 的新特性各自针对一个瓶颈：先找到你的瓶颈。在 CPU rank 上，ZenFlow 在两次 CPU Adam 更新之间只更新选中的列，AutoTP 让每个 rank 持有每个投影的一半，Ulysses 让每个 rank 持有序列的一半，loss 都和不用它们时一致；SuperOffload 和 DeepCompile 拒绝 CPU 加速器。
 #
 # - ZeRO-3 每步跨节点传输 3M；hpZ 让反向的 all-gather 留在节点内（实测为 2M），qwZ 和 qgZ 按 ZeRO++ 博客的算法再把其余部分降到 0.75M。
 # - 不用 `zero.Init` 时，每个 rank 都会建出完整的模型：一个有 g 个 rank 的节点上就有 g 份。在 `deepspeed.zero.Init` 里，每个 rank 只保留自己的那一份。
@@ -793,18 +911,20 @@ else:
 # - DeepSpeed 0.18.3 core API update (bf16 master weights and optimizer states, `loss.backward()`):
 #   [blogs/core_api_update](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/core_api_update)
 # - Muon in DeepSpeed: `deepspeed/runtime/zero/muon/` in DeepSpeed 0.19.8
-# - The features of section 6: the blogs and tutorials linked in its table
+# - The features of section 6: the blogs and tutorials linked in its table; what runs on CPU ranks:
+#   `deepspeed/runtime/zenflow/`, `deepspeed/module_inject/` (AutoTP's layers) and
+#   `deepspeed/runtime/sequence_parallel/ulysses_sp.py` in DeepSpeed 0.19.8
 # - `torch.distributed.init_process_group(timeout=...)`: PyTorch's distributed documentation
 # - ZeRO++: Wang et al., [arXiv:2306.10209](https://arxiv.org/abs/2306.10209), and DeepSpeed's blog,
 #   [blogs/zeropp](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/zeropp) (its table of M per collective)
 # - FSDP2: `torch.distributed.fsdp.fully_shard` in PyTorch's documentation (`reshard_after_forward`)
 
-# %% [markdown] lang="zh" en="790f7b4181c7"
+# %% [markdown] lang="zh" en="6516de9c87d3"
 # ## 参考资料
 #
 # - DeepSpeed 0.18.3 核心 API 更新（bf16 主权重与优化器状态、`loss.backward()`）：[blogs/core_api_update](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/core_api_update)
 # - DeepSpeed 中的 Muon：DeepSpeed 0.19.8 的 `deepspeed/runtime/zero/muon/`
-# - 第 6 节的各个特性：见该节表格中的博客和教程链接
+# - 第 6 节的各个特性：见该节表格中的博客和教程链接；在 CPU rank 上运行的部分：DeepSpeed 0.19.8 的 `deepspeed/runtime/zenflow/`、`deepspeed/module_inject/`（AutoTP 的层）和 `deepspeed/runtime/sequence_parallel/ulysses_sp.py`
 # - `torch.distributed.init_process_group(timeout=...)`：PyTorch 的分布式文档
 # - ZeRO++：Wang 等，[arXiv:2306.10209](https://arxiv.org/abs/2306.10209)，以及 DeepSpeed 的博客 [blogs/zeropp](https://github.com/deepspeedai/DeepSpeed/tree/master/blogs/zeropp)（其中按集合通信列出 M 的表）
 # - FSDP2：PyTorch 文档中的 `torch.distributed.fsdp.fully_shard`（`reshard_after_forward`）
