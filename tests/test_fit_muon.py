@@ -156,3 +156,7 @@ def test_cli_optimizer_both_shows_the_column_and_the_trade_off():
                           timeout=120)
     assert fp16.returncode == 2 and "--optimizer muon needs --precision bf16 or fp32" in fp16.stderr
     assert "Traceback" not in fp16.stderr
+    bf16_only = subprocess.run([*args, "--optimizer", "muon", "--master", "bf16"], capture_output=True, text=True,
+                               timeout=120)
+    assert bf16_only.returncode == 2 and "Muon is modelled with fp32 master weights" in bf16_only.stderr
+    assert "Nothing fits" not in bf16_only.stdout and "Traceback" not in bf16_only.stderr

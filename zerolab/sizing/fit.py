@@ -121,6 +121,9 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
         raise ValueError(f"optimizers must be some of {', '.join(memory.OPTIMIZERS)}, got {optimizers!r}")
     if "muon" in optimizers and precision not in ("bf16", "fp32"):
         raise ValueError("Muon is modelled in bf16 or fp32 training (precision bf16 or fp32)")
+    if "muon" in optimizers and "fp32" not in masters:
+        raise ValueError("Muon is modelled with fp32 master weights (DeepSpeed's Muon was measured so): use --master "
+                         "fp32 or both with --optimizer muon")
     speeds = device or gpus.preset(gpus.DEFAULT_FOR_TIME)
     adam_source = "given"
     if cpu_adam_params_per_s is None:
