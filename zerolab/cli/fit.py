@@ -1,6 +1,5 @@
 """`zerolab fit`: which ZeRO stage, offload and recomputation make a model fit, with what micro-batch, how fast."""
 import json
-import math
 import sys
 
 from zerolab.sizing import budget, fit as fitting, gpus, step_time
@@ -90,12 +89,12 @@ def add_arguments(parser):
                         help="training precision (default bf16)")
     parser.add_argument("--master", choices=("fp32", "bf16", "both"), default="fp32",
                         help="master weights and Adam moments: fp32 (default), bf16 (DeepSpeed's "
-                             "bf16_master_weights_and_grads with bf16_optimizer_states: stages 1-3 without offload, 1-2 with "
-                             "CPU optimizer offload), "
-                             "or both, ranked together")
+                             "bf16_master_weights_and_grads with bf16_optimizer_states: stages 1-3 without offload, "
+                             "1-2 with CPU optimizer offload), or both, ranked together")
     parser.add_argument("--optimizer", choices=("adamw", "muon", "both"), default="adamw",
-                        help="adamw (default), muon (DeepSpeed's Muon for the 2-D matrices, Adam for the rest; stages "
-                             "1-2 without offload, with its Newton-Schulz FLOPs in each step), or both, ranked together")
+                        help="adamw (default), muon (DeepSpeed's Muon for the 2-D matrices, Adam for the rest; "
+                             "stages 1-2 without offload, with its Newton-Schulz FLOPs in each step), or both, ranked "
+                             "together")
     parser.add_argument("--attention", choices=ATTENTION[:2], default="flash",
                         help="flash: a fused kernel that keeps no s x s scores (default); standard: explicit softmax")
     parser.add_argument("--mfu", type=_fraction("--mfu", low_open=True), default=step_time.MFU, metavar="F",
@@ -312,13 +311,10 @@ def assumptions(result):
 
 
 def muon_trade_off(result):
-    """One line: what Muon saves and what it costs, for this model and GPU count (zerolab.engine.muon)."""
+    """One line: what Muon saves and what it costs, for this model and GPU count (the fit's assumptions)."""
     from zerolab.engine import muon
 
-    shapes = result.model.parameter_shapes()
-    tagged = [muon.steps_with_muon(name, shape) for name, shape in shapes]
-    matrices = sum(math.prod(shape) for (_, shape), use in zip(shapes, tagged) if use)
-    flops = muon.newton_schulz_rank_flops([shape for _, shape in shapes], tagged, result.world_size)
+    matrices, flops = (result.assumptions[key] for key in ("muon_matrix_params", "muon_newton_schulz_flops_per_gpu"))
     momentum = muon.ELEMENT[result.precision]
     return (f"  muon: DeepSpeed's Muon keeps one {result.precision} momentum ({momentum} bytes) for the "
             f"{format_count(matrices)} parameters of the 2-D matrices instead of Adam's two fp32 moments (8 bytes), "

@@ -130,9 +130,9 @@ def zero3_offload_bytes(param_sizes, world_size, rank, grad_accum, element, offl
     stage3.py ``partition_grads``: the first micro-step copies the gradient partition into the host buffer and takes
     that buffer back to the device; on a GPU each later micro-step brings the buffer to the device, adds, and copies
     it back, while on CPU ranks (the buffer counts as on the accelerator) it adds in place. At the boundary the
-    partition goes to the host gradient in the master weights' dtype (fp32, or bf16 with ``master="bf16"``). After the step the updated 16-bit partition is copied into the
-    device's flat buffer, unless the parameters are offloaded too; then every fetch (forward and backward, each
-    micro-step) brings the partition from the host.
+    partition goes to the host gradient in the master weights' dtype (fp32, or bf16 with ``master="bf16"``). After
+    the step the updated 16-bit partition is copied into the device's flat buffer, unless the parameters are
+    offloaded too; then every fetch (forward and backward, each micro-step) brings the partition from the host.
     """
     d2h = h2d = 0
     owned = sum(size for size, real in (zero3_partition(n, world_size, rank) for n in param_sizes) if real)

@@ -29,8 +29,9 @@ allocates the size asked for: no rounding.
 """
 import math
 
+from zerolab.engine import memory
+
 PIN_BACKENDS = ("torch", "native")
-MASTER_ELEMENT = {"fp32": 4, "bf16": 2}  # bytes of a master weight (or of one Adam moment) in that dtype
 SUB_GROUP_SIZE = 1_000_000_000  # zero_optimization.sub_group_size default (runtime/zero/config.py)
 
 
@@ -60,11 +61,11 @@ def rank_buffers(params, stage, world_size, offload_optimizer="none", offload_pa
     buffers = []
     if stage in (1, 2) and offload_optimizer != "none":
         partition = math.ceil(params / (2 * world_size)) * 2  # stage_1_and_2.py pads to 2 x ranks elements
-        kept = MASTER_ELEMENT[master]
+        kept = memory.MASTER_BYTES[master]
         buffers = [(f"{master}_master_weights", kept * partition, True), ("bit16_staging", element * partition, True),
                    (f"{master}_grads", kept * partition, True),
                    ("grad_buffer_largest_param", element * largest_param, True),
-                   ("optimizer_states", 2 * MASTER_ELEMENT[moments] * partition, False)]
+                   ("optimizer_states", memory.MOMENT_BYTES[moments] * partition, False)]
     elif stage == 3:
         partition = math.ceil(params / world_size)  # stage 3 pads every parameter to a multiple of the ranks
         if offload_optimizer != "none":

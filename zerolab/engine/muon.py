@@ -39,6 +39,12 @@ def steps_with_muon(name, shape):
     return len(shape) >= 2 and not any(word in name.lower() for word in SKIPPED_NAMES)
 
 
+def shapes_and_tags(parameter_shapes):
+    """([shape], [use_muon]) of a model's ``parameter_shapes()`` ((name, shape) pairs): what the functions here
+    take, each parameter tagged as deepspeed.initialize tags it."""
+    return [shape for _, shape in parameter_shapes], [steps_with_muon(name, shape) for name, shape in parameter_shapes]
+
+
 def muon_order(shapes):
     """The order MuonWithAuxAdam keeps its Muon parameters in: by shape, largest first (torch.Size compares as a
     tuple), the model's order among equal shapes."""

@@ -130,9 +130,7 @@ def muon_states(model, stage, world_size, precision="bf16"):
     that holds the most (zerolab.engine.muon.most_loaded_rank): fp32 master weights of both halves, Adam's moments
     for what Muon does not step, and Muon's momentum in the training dtype, whole for each matrix a rank's partition
     touches at stages 1-2."""
-    shapes = model.parameter_shapes()
-    use_muon = [muon.steps_with_muon(name, shape) for name, shape in shapes]
-    _, held = muon.most_loaded_rank([shape for _, shape in shapes], use_muon, stage, world_size, precision)
+    _, held = muon.most_loaded_rank(*muon.shapes_and_tags(model.parameter_shapes()), stage, world_size, precision)
     return {"master_weights": held["master_weights"], "optimizer_states": held["adam_moments"],
             "muon_momentum": held["momentum"]}
 

@@ -2,8 +2,8 @@
 
 The static figure is shown instead of the widgets when ipywidgets is missing, when there is no Jupyter kernel,
 or when ZEROLAB_STATIC is set (autograder/build.py sets it while executing the solutions, which have no frontend;
-GitHub cannot render widgets). While nbgrader grades (NBGRADER_EXECUTION) no figure is drawn at all. On Colab the setup cell enables the custom
-widget manager that ipywidgets 8 needs.
+GitHub cannot render widgets). While nbgrader grades (NBGRADER_EXECUTION) no figure is drawn at all. On Colab the
+setup cell enables the custom widget manager that ipywidgets 8 needs.
 
 A view is displayed once and returns None, so a cell ending in ``widgets.memory_explorer()`` shows it once.
 A saved lesson reopened later shows the last figure drawn, not "model not found": scripts/setup.sh (and

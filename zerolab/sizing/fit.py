@@ -8,6 +8,7 @@ even one sequence needs the headroom, the row runs the largest micro-batch that 
 zerolab.sizing.step_time gives each row's time per step, and the rows are ranked by tokens per second (time per step over
 the tokens it trains), the less recomputation first on a tie. Each rejected setup names the line that overflows.
 """
+import math
 from dataclasses import dataclass
 
 from zerolab.sizing import budget as budgets
@@ -45,7 +46,8 @@ class Option:
 
     def as_dict(self):
         return {"stage": self.stage, "offload_optimizer": self.offload_optimizer, "offload_param": self.offload_param,
-                "master": self.master, "optimizer": self.optimizer, "recompute": self.recompute, "fits": self.fits, "micro_batch": self.micro_batch,
+                "master": self.master, "optimizer": self.optimizer, "recompute": self.recompute, "fits": self.fits,
+                "micro_batch": self.micro_batch,
                 "gpu_bytes": self.budget.gpu_bytes, "gpu_peak": self.budget.peak,
                 "gpu_lines": dict(self.budget.gpu), "gpu_backward_lines": dict(self.budget.backward),
                 "gpu_step_lines": dict(self.budget.step), "model_state_terms": {
@@ -139,16 +141,15 @@ def fit(model, seq_len, gpu_memory=None, gpus_per_node=1, nodes=1, host_memory=N
     def activations(micro, recompute):
         return activation_memory(model, seq_len, micro, precision, attention, recompute, implementation=implementation)
     one_sequence = {recompute: activations(1, recompute) for recompute in recomputes}
-    muon_flops = {}
+    if "muon" in optimizers:
+        assumptions.update(_muon_assumptions(model, gpus_per_node * nodes))
     for master, optimizer, stage, offload_optimizer, offload_param in _setups(masters, optimizers):
         traffic = comm.traffic(model.params(), stage, gpus_per_node * nodes, precision=precision,
                                offload_optimizer=offload_optimizer, offload_param=offload_param,
                                bucket_allreduce=True, master=master)
         states = budgets.model_states(model, stage, gpus_per_node, nodes, offload_optimizer, offload_param, precision,
                                       master=master, optimizer=optimizer)
-        optimizer_flops = 0
-        if optimizer == "muon":
-            optimizer_flops = muon_flops.setdefault(stage, _muon_rank_flops(model, gpus_per_node * nodes))
+        optimizer_flops = assumptions["muon_newton_schulz_flops_per_gpu"] if optimizer == "muon" else 0
         buckets = budgets.bucket_bytes(stage, precision)
         for recompute in recomputes:
             largest = budgets.largest_micro_batch(gpu_memory, states, one_sequence[recompute], buckets)
@@ -201,10 +202,12 @@ def _setups(masters, optimizers=("adamw",)):
                     yield master, optimizer, stage, offload_optimizer, offload_param
 
 
-def _muon_rank_flops(model, world_size):
-    shapes = model.parameter_shapes()
-    return muon.newton_schulz_rank_flops([shape for _, shape in shapes],
-                                         [muon.steps_with_muon(name, shape) for name, shape in shapes], world_size)
+def _muon_assumptions(model, world_size):
+    """What Muon steps in ``model`` and the Newton-Schulz FLOPs of the busiest GPU per step (the same at stages 1-2,
+    the only ones Muon rows are tried at)."""
+    shapes, tagged = muon.shapes_and_tags(model.parameter_shapes())
+    return {"muon_matrix_params": sum(math.prod(shape) for shape, use in zip(shapes, tagged) if use),
+            "muon_newton_schulz_flops_per_gpu": muon.newton_schulz_rank_flops(shapes, tagged, world_size)}
 
 
 def implementation_for(model):
